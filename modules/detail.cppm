@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:detail — the narrow, non-template vocabulary that the lock templates call: path checks,
+// contender names and their order, and the few ZooKeeper operations the algorithm needs. Defined
+// in implementation units, so importers never see the ZooKeeper C API or range-v3.
+module;
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+export module zklock:detail;
+import :session;
+
+export namespace zklock::detail {
+
+using clock = std::chrono::steady_clock;
+
+// ---- pure logic (unit-tested without a server) ------------------------------------------------
+
+/// Effects: checks that `path` is an absolute ZooKeeper path zklock may use (no empty, relative,
+/// trailing '/', '//', '.', '..', NUL or control characters, nothing under /zookeeper, at most
+/// 1024 bytes, not "/"). Throws: std::invalid_argument naming `what` and the problem.
+void validate_path(std::string_view path, std::string_view what);
+
+/// Which side of a lock a contender node stands for (from its name).
+enum class contender_kind : std::uint8_t { lock, read, write, lease };
+
+/// The marker that precedes the sequence number in a contender's name (Curator's spellings for
+/// lock/read/write).
+std::string_view marker(contender_kind k) noexcept;
+
+/// One contender node, as listed.
+struct contender {
+  std::string name;
+  std::int32_t seq = 0;
+  contender_kind kind = contender_kind::lock;
+};
+
+/// Returns: the contender a child name stands for, or nullopt if the name is not a contender
+/// (no marker, or not followed by a 10-character ZooKeeper sequence).
+std::optional<contender> parse_contender(std::string_view name);
+
+/// Returns: whether sequence a was issued before b (serial-number arithmetic: right across the
+/// signed 32-bit wrap).
+constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b)) < 0;
+}
+
+/// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
+/// queue order.
+std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds);
+
+/// Returns: a fresh random id, formatted like a Java UUID (8-4-4-4-12 lowercase hex).
+std::string random_uuid();
+
+/// Returns: the node name prefix of one acquire attempt: "_c_<uuid>-<marker>".
+std::string contender_prefix(contender_kind k);
+
+// ---- waking a waiter from a watch ------------------------------------------------------------
+
+/// Something a watch wakes. The C client may call a node watcher again on every session event,
+/// long after the waiter gave up, so watches carry only a registry id, never a pointer.
+class wake_target {
+ public:
+  virtual ~wake_target() = default;
+  virtual void wake() noexcept = 0;
+};
+
+/// Returns: an id for a watch that wakes `t` while `t` is alive.
+std::uint64_t watch_register(std::weak_ptr<wake_target> t);
+/// Effects: later firings of watch `id` do nothing.
+void watch_unregister(std::uint64_t id) noexcept;
+
+// ---- the ZooKeeper operations of the one algorithm --------------------------------------------
+// They wait through connection loss until `deadline`, and throw std::system_error (zklock
+// category) when the session is expired or closed, or the server refuses (e.g. no_auth).
+
+/// A contender node we created.
+struct held_node {
+  std::string path;          ///< full path of the node
+  std::int64_t czxid = 0;    ///< its creation zxid: the fencing token
+  std::uint64_t generation = 0;  ///< session generation it was created in
+};
+
+/// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
+/// ephemeral-sequential node `lock_path/prefix<seq>` holding `data`. If the outcome of the create
+/// is unknown (connection loss), finds the node by its prefix after reconnecting and adopts it only
+/// if it belongs to this session. Returns: the node, or nullopt if `deadline` passed (then nothing
+/// is left behind).
+std::optional<held_node> create_contender(session& s, const std::string& lock_path,
+                                          const std::string& prefix, std::string_view data,
+                                          clock::time_point deadline);
+
+/// Returns: the children of `path` (arming a children watch that wakes `watch_id` if non-zero),
+/// or nullopt if `deadline` passed.
+std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,
+                                                      std::uint64_t watch_id, clock::time_point deadline);
+
+/// What an exists-watch found.
+enum class node_seen { gone, present, modified };
+
+/// Effects: arms an exists watch on `path` waking `watch_id`. Returns: whether the node is gone,
+/// present, or present and modified since creation; nullopt if `deadline` passed.
+std::optional<node_seen> watch_node(session& s, const std::string& path, std::uint64_t watch_id,
+                                    clock::time_point deadline);
+
+/// Effects: removes our watch `watch_id` on `path` from the server and the client (best effort).
+void drop_watch(session& s, const std::string& path, bool children, std::uint64_t watch_id) noexcept;
+
+/// Effects: bumps the data version of `path` (best effort) so that an exists watch on it fires.
+void touch_node(session& s, const std::string& path) noexcept;
+
+/// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
+/// in the background until it succeeds or the session ends. Never throws.
+void release_node(session& s, const held_node& n) noexcept;
+
+/// Returns: whether the session that created `n` is still the live one (not expired, not replaced).
+bool session_alive_for(const session& s, const held_node& n) noexcept;
+
+/// Effects: makes sure the semaphore node `path` exists and stores `leases`.
+/// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count.
+void ensure_semaphore_node(session& s, const std::string& path, int leases);
+
+/// Returns: the current session's password (16 bytes), for tools that open a second handle on
+/// the same session (tests that force an expiry).
+std::string session_password(const session& s);
+
+/// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
+std::string contender_data();
+
+}  // namespace zklock::detail

@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:engine — the one lock algorithm and the lock types built from it.
+//
+// The recipe. To acquire, a contender creates an ephemeral-sequential node under the lock node
+// (missing parents become container nodes, so the server reaps them when they empty) and lists
+// the children. Contenders queue in the order of their sequence numbers (serial-number arithmetic,
+// right across the 32-bit wrap); children that are not contenders are ignored. A mode rule
+// (zklock:rules) looks at the queue and our place in it and answers "held", or names what to
+// watch: the contender ahead (a mutex, a writer), the nearest writer ahead (a reader), or any
+// change (the first waiter of a semaphore). We arm that watch, wait, and re-evaluate on every
+// wake-up. Releasing deletes the node, which wakes the waiter(s) behind it. Queue order makes the
+// locks fair (first come, first served).
+//
+// Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
+// blocking lock() waits (see policies/). The ZooKeeper work is done by a few non-template functions
+// (zklock:detail); these templates only decide.
+//
+// Session loss. Our node is ephemeral: when the session expires the server deletes it and others
+// may acquire. A waiter whose session expires gets errc::session_expired. A timeout, an exception
+// or a failed try deletes the attempt's node and removes its watch; if the connection is down the
+// delete is retried in the background. A create whose reply was lost is found again by the
+// attempt's unique id (protected creation).
+module;
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+export module zklock:engine;
+import :errors;
+import :session;
+import :detail;
+import :rules;
+import :watch;
+import :wakeup;
+import :reentrancy;
+import :timeout;
+
+export namespace zklock {
+
+namespace detail {
+
+/// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
+/// holds, or until `deadline`. Returns: the held node, or nullopt on timeout (nothing left behind).
+/// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
+template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
+std::optional<held_node> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
+                                      clock::time_point deadline) {
+  std::optional<held_node> node = create_contender(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline);
+  if (!node) return std::nullopt;
+  const std::string self = node->path.substr(lock_path.size() + 1);
+
+  // Everything below either returns the node held, or undoes the attempt.
+  struct attempt {
+    attempt(session& s_, std::optional<held_node>& n_) : s(s_), node(n_) {}
+    session& s;
+    std::optional<held_node>& node;
+    std::shared_ptr<typename Wakeup::waiter> waiter = std::make_shared<typename Wakeup::waiter>();
+    std::uint64_t watch_id = watch_register(waiter);
+    std::string watched;  // path with a live watch of ours, if any
+    bool watched_children = false;
+    bool keep = false;
+    void forget_watch() {
+      if (!watched.empty()) drop_watch(s, watched, watched_children, watch_id);
+      watched.clear();
+    }
+    ~attempt() {
+      watch_unregister(watch_id);
+      if (!keep) {
+        forget_watch();
+        release_node(s, *node);
+      }
+    }
+  } at(s, node);
+
+  auto listing = list_children(s, lock_path, 0, deadline);
+  bool waits = false;  // the listing came with a watch: wait before listing again
+  for (;;) {
+    if (!listing) return std::nullopt;  // deadline
+    const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
+    std::size_t me = queue.size();
+    for (std::size_t i = 0; i < queue.size(); ++i)
+      if (queue[i].name == self) me = i;
+    if (me == queue.size()) {
+      at.keep = !session_alive_for(s, *node);  // gone with its session: nothing to delete
+      throw_error(session_alive_for(s, *node) ? errc::lock_lost : errc::session_expired,
+                  "zklock: our contender node " + node->path + " vanished while waiting");
+    }
+    const verdict v = rule(queue, me);
+    if (v.held) {
+      if (v.poke_successor) touch_node(s, node->path);
+      at.keep = true;
+      return node;
+    }
+    if (clock::now() >= deadline) return std::nullopt;
+
+    if (!waits) {  // arm a watch
+      if constexpr (Wakeup::fresh_per_wait) {
+        watch_unregister(at.watch_id);
+        at.waiter = std::make_shared<typename Wakeup::waiter>();
+        at.watch_id = watch_register(at.waiter);
+      } else {
+        at.waiter->reset();
+      }
+      if (Watch::kind == watch_kind::children || v.what == verdict::watch::any_change) {
+        at.watched = lock_path;
+        at.watched_children = true;
+        listing = list_children(s, lock_path, at.watch_id, deadline);  // evaluated before waiting
+        waits = true;
+        continue;
+      }
+      const std::string target = lock_path + "/" + queue[v.index].name;
+      at.watched = target;
+      at.watched_children = false;
+      const auto seen = watch_node(s, target, at.watch_id, deadline);
+      if (!seen) return std::nullopt;
+      if (*seen != node_seen::present) {  // already gone (no watch left) or granted meanwhile
+        if (*seen == node_seen::gone) at.watched.clear();
+        listing = list_children(s, lock_path, 0, deadline);
+        continue;
+      }
+    }
+    if (!at.waiter->wait_until(deadline)) return std::nullopt;
+    at.watched.clear();  // it fired
+    waits = false;
+    listing = list_children(s, lock_path, 0, deadline);
+  }
+}
+
+/// Per-owner holds of one lock object: owners are threads, or the object itself.
+template <ReentrancyPolicy R>
+class hold_book {
+ public:
+  enum class start { reentered, acquire };
+
+  /// Effects: re-enters a hold of the caller, or reserves the caller's slot for an acquire
+  /// (waiting for another thread's acquire of the same owner to finish first).
+  /// Returns: reentered, acquire, or nullopt if `deadline` passed while waiting.
+  /// Throws: resource_deadlock_would_occur if the caller holds and R is not re-entrant.
+  std::optional<start> begin(clock::time_point deadline) {
+    std::unique_lock lk{mu_};
+    const auto key = owner();
+    for (;;) {
+      auto it = holds_.find(key);
+      if (it == holds_.end()) break;
+      if (!it->second.acquiring) {
+        if constexpr (!R::reentrant)
+          throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                                  "zklock: the caller already holds this lock");
+        ++it->second.count;
+        return start::reentered;
+      }
+      if (deadline == clock::time_point::max())
+        cv_.wait(lk);
+      else if (cv_.wait_until(lk, deadline) == std::cv_status::timeout)
+        return std::nullopt;
+    }
+    holds_[key].acquiring = true;
+    return start::acquire;
+  }
+
+  /// Effects: records the outcome of the acquire begun by the caller.
+  void finish(std::optional<held_node> n) noexcept {
+    std::lock_guard lk{mu_};
+    const auto key = owner();
+    if (n) {
+      auto& e = holds_[key];
+      e.node = std::move(*n);
+      e.count = 1;
+      e.acquiring = false;
+    } else {
+      holds_.erase(key);
+    }
+    cv_.notify_all();
+  }
+
+  /// Effects: drops one hold of the caller. Returns: the node to delete when it was the last one.
+  std::optional<held_node> end() noexcept {
+    std::lock_guard lk{mu_};
+    auto it = holds_.find(owner());
+    if (it == holds_.end() || it->second.acquiring) return std::nullopt;
+    if (--it->second.count > 0) return std::nullopt;
+    std::optional<held_node> n{std::move(it->second.node)};
+    holds_.erase(it);
+    cv_.notify_all();
+    return n;
+  }
+
+  /// Returns: the caller's held node, if any.
+  std::optional<held_node> held() const {
+    std::lock_guard lk{mu_};
+    auto it = holds_.find(owner());
+    if (it == holds_.end() || it->second.acquiring) return std::nullopt;
+    return it->second.node;
+  }
+
+  /// Returns: how often the caller holds (0 if not).
+  std::size_t count() const noexcept {
+    std::lock_guard lk{mu_};
+    auto it = holds_.find(owner());
+    return it == holds_.end() || it->second.acquiring ? 0 : it->second.count;
+  }
+
+  /// Effects: forgets every hold. Returns: their nodes.
+  std::vector<held_node> take_all() noexcept {
+    std::lock_guard lk{mu_};
+    std::vector<held_node> out;
+    for (auto& [k, e] : holds_)
+      if (!e.acquiring) out.push_back(std::move(e.node));
+    holds_.clear();
+    return out;
+  }
+
+ private:
+  struct entry {
+    held_node node;
+    std::size_t count = 0;
+    bool acquiring = false;
+  };
+  static std::thread::id owner() noexcept {
+    if constexpr (R::per_thread) return std::this_thread::get_id();
+    else return std::thread::id{};
+  }
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::thread::id, entry> holds_;
+};
+
+/// One side of a lock: a hold book plus the algorithm, for a rule.
+template <WatchStrategy W, WakeupPolicy K, ReentrancyPolicy R>
+class lock_side {
+ public:
+  lock_side(session& s, const std::string& path) : s_(s), path_(path) {}
+  ~lock_side() {
+    for (auto& n : book_.take_all()) release_node(s_, n);
+  }
+
+  template <class Rule>
+  bool acquire(const Rule& rule, clock::time_point deadline) {
+    const auto st = book_.begin(deadline);
+    if (!st) return false;
+    if (*st == hold_book<R>::start::reentered) return true;
+    std::optional<held_node> n;
+    try {
+      n = acquire_node<W, K>(s_, path_, rule, deadline);
+    } catch (...) {
+      book_.finish(std::nullopt);
+      throw;
+    }
+    const bool ok = n.has_value();
+    book_.finish(std::move(n));
+    return ok;
+  }
+
+  void release() noexcept {
+    if (auto n = book_.end()) release_node(s_, *n);
+  }
+
+  std::int64_t fencing_token() const {
+    const auto n = book_.held();
+    if (!n) throw_error(errc::not_held, "zklock: fencing_token() needs the lock held by the caller");
+    return n->czxid;
+  }
+
+  bool held() const noexcept { return book_.count() > 0; }
+
+ private:
+  session& s_;
+  const std::string& path_;
+  hold_book<R> book_;
+};
+
+inline std::string checked_path(std::string path) {
+  validate_path(path, "lock path");
+  return path;
+}
+
+}  // namespace detail
+
+/// A fair, cluster-wide mutex: the standard TimedLockable interface over the one algorithm.
+/// Default: predecessor watch, condition-variable wake-up, not re-entrant, lock() waits forever.
+template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
+          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever>
+class basic_mutex {
+ public:
+  using watch_policy = W;
+  using wakeup_policy = K;
+  using reentrancy_policy = R;
+  using timeout_policy = T;
+
+  /// Effects: names the lock node `path` (created on first use). Throws: std::invalid_argument for
+  /// a bad path. The session must outlive the mutex.
+  basic_mutex(session& s, std::string path) : path_(detail::checked_path(std::move(path))), side_(s, path_) {}
+
+  /// Effects: releases any hold left (never throws).
+  ~basic_mutex() = default;
+  basic_mutex(const basic_mutex&) = delete;
+  basic_mutex& operator=(const basic_mutex&) = delete;
+
+  /// Effects: blocks until the caller holds the lock (or re-enters it, per R).
+  /// Throws: std::system_error: resource_deadlock_would_occur if the caller holds it and R is not
+  /// re-entrant; errc::lock_timeout when T's bound passes; session or server failures.
+  void lock() {
+    if (!side_.acquire(detail::exclusive_rule{}, T::lock_deadline(detail::clock::now())))
+      throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
+  }
+
+  /// Effects: one attempt without waiting. Returns: whether the caller now holds the lock.
+  /// Throws: as lock(), but never lock_timeout.
+  bool try_lock() { return side_.acquire(detail::exclusive_rule{}, detail::clock::now()); }
+
+  /// Effects: waits at most `d`. Returns: whether the caller holds the lock; on false nothing of
+  /// the attempt is left on the server. Throws: as try_lock().
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_lock_until(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+  }
+
+  /// Effects: waits until `t` at most (converted to steady_clock once). Returns, Throws: as try_lock_for.
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return side_.acquire(detail::exclusive_rule{}, to_steady(t));
+  }
+
+  /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
+  /// background if the connection is down). Does nothing if the caller does not hold. Never throws.
+  void unlock() noexcept { side_.release(); }
+
+  /// Returns: the fencing token of the caller's hold: the creation zxid of its node, strictly
+  /// increasing across successive holders. Throws: std::system_error(errc::not_held).
+  std::int64_t fencing_token() const { return side_.fencing_token(); }
+
+  /// Returns: whether the caller holds the lock (as far as this object knows).
+  bool owns_lock() const noexcept { return side_.held(); }
+
+  /// Returns: the lock node's path.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  template <class Clock, class Duration>
+  static detail::clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
+    if constexpr (std::is_same_v<Clock, detail::clock>) {
+      return std::chrono::time_point_cast<detail::clock::duration>(t);
+    } else {
+      return detail::clock::now() + std::chrono::ceil<detail::clock::duration>(t - Clock::now());
+    }
+  }
+  std::string path_;
+  detail::lock_side<W, K, R> side_;
+};
+
+/// A fair read/write lock: std::unique_lock takes the write side, std::shared_lock the read side.
+/// The write holder may also take the read side (downgrade: lock_shared(), then unlock()); a reader
+/// asking for the write side gets resource_deadlock_would_occur instead of waiting forever.
+/// Nodes are named like Curator's InterProcessReadWriteLock (__READ__ / __WRIT__).
+template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
+          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever>
+class basic_shared_mutex {
+ public:
+  using watch_policy = W;
+  using wakeup_policy = K;
+  using reentrancy_policy = R;
+  using timeout_policy = T;
+
+  /// Effects, Throws: as basic_mutex's constructor.
+  basic_shared_mutex(session& s, std::string path)
+      : path_(detail::checked_path(std::move(path))), write_(s, path_), read_(s, path_) {}
+  basic_shared_mutex(const basic_shared_mutex&) = delete;
+  basic_shared_mutex& operator=(const basic_shared_mutex&) = delete;
+
+  /// Effects: blocks until the caller holds the write side. Throws: resource_deadlock_would_occur
+  /// if the caller holds the read side (or the write side and R is not re-entrant); as basic_mutex.
+  void lock() {
+    if (!try_lock_until_impl(T::lock_deadline(detail::clock::now())))
+      throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
+  }
+  /// Effects, Returns: one attempt at the write side without waiting.
+  bool try_lock() { return try_lock_until_impl(detail::clock::now()); }
+  /// Effects, Returns: waits at most `d` for the write side.
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_lock_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+  }
+  /// Effects, Returns: waits until `t` at most for the write side.
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return try_lock_for(t - Clock::now());
+  }
+  /// Effects: releases the caller's write hold. Never throws.
+  void unlock() noexcept { write_.release(); }
+
+  /// Effects: blocks until the caller holds the read side. Throws: as lock().
+  void lock_shared() {
+    if (!try_lock_shared_until_impl(T::lock_deadline(detail::clock::now())))
+      throw_error(errc::lock_timeout, "zklock: lock_shared() on " + path_);
+  }
+  /// Effects, Returns: one attempt at the read side without waiting.
+  bool try_lock_shared() { return try_lock_shared_until_impl(detail::clock::now()); }
+  /// Effects, Returns: waits at most `d` for the read side.
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_lock_shared_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+  }
+  /// Effects, Returns: waits until `t` at most for the read side.
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return try_lock_shared_for(t - Clock::now());
+  }
+  /// Effects: releases the caller's read hold. Never throws.
+  void unlock_shared() noexcept { read_.release(); }
+
+  /// Returns: the fencing token of the caller's write hold. Throws: errc::not_held.
+  std::int64_t fencing_token() const { return write_.fencing_token(); }
+  /// Returns: whether the caller holds the write side.
+  bool owns_lock() const noexcept { return write_.held(); }
+  /// Returns: whether the caller holds the read side.
+  bool owns_shared() const noexcept { return read_.held(); }
+  /// Returns: the lock node's path.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  bool try_lock_until_impl(detail::clock::time_point d) {
+    if (read_.held())
+      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                              "zklock: a reader asked for the write side of " + path_);
+    return write_.acquire(detail::write_rule{}, d);
+  }
+  bool try_lock_shared_until_impl(detail::clock::time_point d) {
+    return read_.acquire(detail::read_rule{write_.held()}, d);
+  }
+  std::string path_;
+  detail::lock_side<W, K, R> write_;
+  detail::lock_side<W, K, R> read_;
+};
+
+/// A cluster-wide counting semaphore with a fixed number of leases, stored on the semaphore node.
+/// Each acquire takes one more lease (one contender node); release() returns the most recent one,
+/// from any thread. Fair: leases go in queue order.
+template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
+          TimeoutPolicy T = timeout_forever>
+class basic_counting_semaphore {
+ public:
+  using watch_policy = W;
+  using wakeup_policy = K;
+  using timeout_policy = T;
+
+  /// Effects: opens (creating if needed) the semaphore node `path` with `leases` leases.
+  /// Throws: std::invalid_argument for a bad path or leases < 1; std::system_error
+  /// (errc::lease_count_mismatch) if the node stores another count; session failures.
+  basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases)
+      : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)) {
+    detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_));
+  }
+  /// Effects: returns every lease still held (never throws).
+  ~basic_counting_semaphore() {
+    for (auto& n : held_) detail::release_node(s_, n);
+  }
+  basic_counting_semaphore(const basic_counting_semaphore&) = delete;
+  basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;
+
+  /// Effects: blocks until a lease is granted. Throws: errc::lock_timeout when T's bound passes;
+  /// session or server failures.
+  void acquire() {
+    if (!try_acquire_until_impl(T::lock_deadline(detail::clock::now())))
+      throw_error(errc::lock_timeout, "zklock: acquire() on " + path_);
+  }
+  /// Effects, Returns: one attempt without waiting: whether a lease was granted.
+  bool try_acquire() { return try_acquire_until_impl(detail::clock::now()); }
+  /// Effects, Returns: waits at most `d` for a lease.
+  template <class Rep, class Period>
+  bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_acquire_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+  }
+  /// Effects, Returns: waits until `t` at most for a lease.
+  template <class Clock, class Duration>
+  bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return try_acquire_for(t - Clock::now());
+  }
+  /// Effects: returns the most recently granted lease of this object.
+  /// Throws: std::system_error(errc::not_held) if it holds none.
+  void release() {
+    std::optional<detail::held_node> n;
+    {
+      std::lock_guard lk{mu_};
+      if (held_.empty()) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
+      n = std::move(held_.back());
+      held_.pop_back();
+    }
+    detail::release_node(s_, *n);
+  }
+  /// Returns: how many leases this object holds.
+  std::ptrdiff_t held_leases() const noexcept {
+    std::lock_guard lk{mu_};
+    return static_cast<std::ptrdiff_t>(held_.size());
+  }
+  /// Returns: the number of leases of the semaphore.
+  std::ptrdiff_t leases() const noexcept { return leases_; }
+  /// Returns: the semaphore node's path.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  static std::ptrdiff_t checked_leases(std::ptrdiff_t n) {
+    if (n < 1 || n > 1'000'000) throw std::invalid_argument("zklock: a semaphore needs 1..1000000 leases");
+    return n;
+  }
+  bool try_acquire_until_impl(detail::clock::time_point d) {
+    auto n = detail::acquire_node<W, K>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, d);
+    if (!n) return false;
+    std::lock_guard lk{mu_};
+    held_.push_back(std::move(*n));
+    return true;
+  }
+  session& s_;
+  std::string path_;
+  std::ptrdiff_t leases_;
+  mutable std::mutex mu_;
+  std::vector<detail::held_node> held_;
+};
+
+}  // namespace zklock

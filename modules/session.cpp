@@ -1,0 +1,827 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock::session and the ZooKeeper operations of the lock algorithm. The only unit that sees the
+// C client's API.
+module;
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <zookeeper/zookeeper.h>
+module zklock;
+
+namespace zklock {
+
+const char* to_string(session_state s) noexcept {
+  switch (s) {
+    case session_state::connecting: return "connecting";
+    case session_state::connected: return "connected";
+    case session_state::suspended: return "suspended";
+    case session_state::expired: return "expired";
+    case session_state::closed: return "closed";
+  }
+  return "unknown";
+}
+
+auth_info digest(std::string_view user, std::string_view password) {
+  if (user.empty()) throw std::invalid_argument("zklock::digest: empty user name");
+  if (user.find(':') != std::string_view::npos)
+    throw std::invalid_argument("zklock::digest: user name must not contain ':'");
+  std::string cred{user};
+  cred += ':';
+  cred += password;
+  return {"digest", std::move(cred)};
+}
+
+namespace {
+
+// ---- the C client's log -----------------------------------------------------------------------
+
+std::mutex g_log_mu;
+std::shared_ptr<const log_handler> g_log;  // empty = silent
+
+extern "C" void zk_log_line(const char* message) {
+  std::shared_ptr<const log_handler> h;
+  {
+    std::lock_guard lk{g_log_mu};
+    h = g_log;
+  }
+  if (h && *h) (*h)(message ? std::string_view{message} : std::string_view{});
+}
+
+// ---- connect-string validation -----------------------------------------------------------------
+
+[[noreturn]] void bad_connect(std::string_view connect, std::string_view why) {
+  throw std::invalid_argument("zklock::session: bad connect string \"" + std::string{connect} + "\": " +
+                              std::string{why});
+}
+
+bool parse_port(std::string_view p) {
+  if (p.empty() || p.size() > 5) return false;
+  unsigned v = 0;
+  for (char c : p) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  return v >= 1 && v <= 65535;
+}
+
+/// Returns: the chroot ("" if none). Throws: std::invalid_argument.
+std::string validate_connect(std::string_view connect) {
+  if (connect.empty()) bad_connect(connect, "empty");
+  if (connect.find('\0') != std::string_view::npos) bad_connect(connect, "embedded NUL");
+  const auto slash = connect.find('/');
+  std::string_view hosts = connect.substr(0, slash);
+  std::string chroot;
+  if (slash != std::string_view::npos) {
+    chroot = std::string{connect.substr(slash)};
+    try {
+      detail::validate_path(chroot, "chroot");
+    } catch (const std::invalid_argument& e) {
+      bad_connect(connect, e.what());
+    }
+  }
+  if (hosts.empty()) bad_connect(connect, "no host");
+  while (!hosts.empty()) {
+    const auto comma = hosts.find(',');
+    std::string_view h = hosts.substr(0, comma);
+    hosts = comma == std::string_view::npos ? std::string_view{} : hosts.substr(comma + 1);
+    if (h.empty()) bad_connect(connect, "empty host in list");
+    std::string_view host, port;
+    if (h.front() == '[') {  // [ipv6]:port
+      const auto close = h.find(']');
+      if (close == std::string_view::npos || close + 1 >= h.size() || h[close + 1] != ':')
+        bad_connect(connect, "IPv6 host must be written [addr]:port");
+      host = h.substr(1, close - 1);
+      port = h.substr(close + 2);
+    } else {
+      const auto colon = h.rfind(':');
+      if (colon == std::string_view::npos) bad_connect(connect, "missing port in \"" + std::string{h} + "\"");
+      host = h.substr(0, colon);
+      port = h.substr(colon + 1);
+    }
+    if (host.empty()) bad_connect(connect, "empty host name");
+    for (char c : host)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':'))
+        bad_connect(connect, "bad character in host \"" + std::string{host} + "\"");
+    if (!parse_port(port)) bad_connect(connect, "port \"" + std::string{port} + "\" is not in 1..65535");
+    if (comma == std::string_view::npos) break;
+    if (hosts.empty()) bad_connect(connect, "trailing ','");
+  }
+  return chroot;
+}
+
+bool unknown_outcome(int rc) noexcept { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+
+}  // namespace
+
+void set_log_handler(log_handler h) {
+  auto p = h ? std::make_shared<const log_handler>(std::move(h)) : nullptr;
+  std::lock_guard lk{g_log_mu};
+  g_log = std::move(p);
+}
+
+namespace detail {
+
+// ---- watch registry ----------------------------------------------------------------------------
+
+namespace {
+std::mutex g_watch_mu;
+std::unordered_map<std::uint64_t, std::weak_ptr<wake_target>> g_watches;
+std::uint64_t g_next_watch = 1;
+
+extern "C" void node_watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
+  // The client also calls node watchers on session events; only expiry matters to a waiter (a
+  // reconnect re-arms the watches by itself).
+  if (type == ZOO_SESSION_EVENT && state != ZOO_EXPIRED_SESSION_STATE) return;
+  const auto id = reinterpret_cast<std::uintptr_t>(ctx);
+  std::shared_ptr<wake_target> t;
+  {
+    std::lock_guard lk{g_watch_mu};
+    if (auto it = g_watches.find(id); it != g_watches.end()) t = it->second.lock();
+  }
+  if (t) t->wake();
+}
+void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+}  // namespace
+
+std::uint64_t watch_register(std::weak_ptr<wake_target> t) {
+  std::lock_guard lk{g_watch_mu};
+  const auto id = g_next_watch++;
+  g_watches.emplace(id, std::move(t));
+  return id;
+}
+
+void watch_unregister(std::uint64_t id) noexcept {
+  std::lock_guard lk{g_watch_mu};
+  g_watches.erase(id);
+}
+
+// ---- the session -------------------------------------------------------------------------------
+
+struct handle_ctx {
+  struct session_impl* impl;
+  std::uint64_t generation;
+};
+
+/// A node (or every child of a lock node that starts with a prefix) we must delete once connected.
+struct pending_delete {
+  std::string path;        // the node, or the lock node when `prefix` is set
+  std::string prefix;      // non-empty: delete children of `path` starting with it
+  std::uint64_t generation;
+};
+
+struct session_impl {
+  explicit session_impl(session_options o) : opts(std::move(o)) {}
+
+  session_options opts;
+  std::string chroot;
+
+  mutable std::mutex mu;  // guards everything below but zh
+  mutable std::condition_variable cv;
+  session_state st = session_state::connecting;
+  bool connected_once = false;  // on this handle
+  bool auth_failed = false;
+  bool closed = false;
+  bool stop_worker = false;
+  std::uint64_t gen = 0;
+  std::int64_t sid = 0;
+  std::chrono::milliseconds negotiated{0};
+  std::deque<session_state> events;
+  std::vector<pending_delete> pending;
+
+  std::mutex reopen_mu;             // one open/close at a time
+  std::shared_mutex handle_mu;      // shared: a call on zh; exclusive: replace or close zh
+  zhandle_t* zh = nullptr;
+  std::unique_ptr<handle_ctx> ctx;
+
+  std::mutex listener_mu;           // held while listeners run
+  std::map<std::uint64_t, state_listener> listeners;
+  std::uint64_t next_listener = 1;
+
+  std::thread worker;
+
+  // -- state ---------------------------------------------------------------------------------
+
+  void post(session_state s) {  // mu held
+    if (s == st) return;
+    st = s;
+    events.push_back(s);
+    cv.notify_all();
+  }
+
+  static void session_watcher(zhandle_t* zh, int type, int state, const char*, void* vctx) {
+    if (type != ZOO_SESSION_EVENT || !vctx) return;
+    auto* c = static_cast<handle_ctx*>(vctx);
+    session_impl& s = *c->impl;
+    std::lock_guard lk{s.mu};
+    if (c->generation != s.gen || s.closed) return;  // a replaced handle
+    if (state == ZOO_CONNECTED_STATE) {
+      s.connected_once = true;
+      if (const clientid_t* id = zoo_client_id(zh)) s.sid = id->client_id;
+      s.negotiated = std::chrono::milliseconds{zoo_recv_timeout(zh)};
+      s.post(session_state::connected);
+    } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
+      s.post(s.connected_once ? session_state::suspended : session_state::connecting);
+    } else if (state == ZOO_EXPIRED_SESSION_STATE) {
+      s.post(session_state::expired);
+    } else if (state == ZOO_AUTH_FAILED_STATE) {
+      s.auth_failed = true;
+      s.cv.notify_all();
+    }
+  }
+
+  /// Effects: closes the current handle, if any (handle_mu exclusive must NOT be held).
+  void close_handle() {
+    std::unique_lock hl{handle_mu};
+    if (zh) {
+      zookeeper_close(zh);  // joins the client's threads: no callback of it runs after this
+      zh = nullptr;
+    }
+    ctx.reset();
+  }
+
+  /// Effects: opens a new handle and waits until it is connected, authenticated and its chroot
+  /// checked. Throws: std::system_error; the handle is closed again on failure.
+  void open_handle() {
+    std::lock_guard rl{reopen_mu};
+    close_handle();
+    const auto deadline = clock::now() + opts.connect_timeout;
+    {
+      std::lock_guard lk{mu};
+      if (closed) throw_error(errc::session_closed, "zklock::session");
+      ++gen;
+      connected_once = false;
+      auth_failed = false;
+      sid = 0;
+      post(session_state::connecting);
+    }
+    {
+      std::unique_lock hl{handle_mu};
+      ctx = std::make_unique<handle_ctx>(handle_ctx{this, gen});
+      errno = 0;
+      zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
+                           nullptr, ctx.get(), 0, &zk_log_line);
+      if (!zh) {
+        const int e = errno;
+        ctx.reset();
+        throw std::system_error(e ? e : EINVAL, std::generic_category(),
+                                "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
+      }
+    }
+    auto fail = [&](errc e, const std::string& what) {
+      close_handle();
+      std::lock_guard lk{mu};
+      post(session_state::closed);
+      throw_error(e, what);
+    };
+    {
+      std::unique_lock lk{mu};
+      if (!cv.wait_until(lk, deadline, [&] { return st == session_state::connected || auth_failed || closed; })) {
+        lk.unlock();
+        fail(errc::connect_timeout, "zklock::session: no session with \"" + opts.connect + "\" within " +
+                                        std::to_string(opts.connect_timeout.count()) + " ms");
+      }
+      if (auth_failed) {
+        lk.unlock();
+        fail(errc::auth_failed, "zklock::session: authentication failed");
+      }
+    }
+    if (opts.auth) {
+      struct auth_wait {
+        std::mutex m;
+        std::condition_variable c;
+        bool done = false;
+        int rc = 0;
+      };
+      auto w = std::make_shared<auth_wait>();
+      auto* held = new std::shared_ptr<auth_wait>(w);  // freed by the completion
+      int rc;
+      {
+        std::shared_lock hl{handle_mu};
+        rc = zoo_add_auth(
+            zh, opts.auth->scheme.c_str(), opts.auth->credential.data(), static_cast<int>(opts.auth->credential.size()),
+            [](int rc2, const void* data) {
+              auto* p = static_cast<std::shared_ptr<auth_wait>*>(const_cast<void*>(data));
+              {
+                std::lock_guard l{(*p)->m};
+                (*p)->done = true;
+                (*p)->rc = rc2;
+              }
+              (*p)->c.notify_all();
+              delete p;
+            },
+            held);
+      }
+      if (rc != ZOK) {
+        delete held;
+        fail(static_cast<errc>(rc), "zklock::session: addauth");
+      }
+      std::unique_lock l{w->m};
+      if (!w->c.wait_until(l, deadline, [&] { return w->done; })) {
+        l.unlock();
+        fail(errc::connect_timeout, "zklock::session: no answer to addauth within connect_timeout");
+      }
+      if (w->rc != ZOK) {
+        const int r = w->rc;
+        l.unlock();
+        fail(static_cast<errc>(r), "zklock::session: authentication (" + opts.auth->scheme + ") refused");
+      }
+    }
+    if (!chroot.empty()) {
+      struct Stat stat;
+      int rc;
+      {
+        std::shared_lock hl{handle_mu};
+        rc = zoo_exists(zh, "/", 0, &stat);
+      }
+      if (rc == ZNONODE) fail(errc::chroot_missing, "zklock::session: chroot " + chroot + " does not exist");
+      if (rc != ZOK) fail(static_cast<errc>(rc), "zklock::session: checking chroot " + chroot);
+    }
+  }
+
+  // -- the worker: listeners, re-establishment, background deletes -----------------------------
+
+  void run_worker() {
+    std::unique_lock lk{mu};
+    for (;;) {
+      const bool retry = !pending.empty() && st == session_state::connected;
+      if (retry) {
+        cv.wait_for(lk, std::chrono::milliseconds{200}, [&] { return stop_worker || !events.empty(); });
+      } else {
+        cv.wait(lk, [&] { return stop_worker || !events.empty() || (!pending.empty() && st == session_state::connected); });
+      }
+      if (stop_worker) return;
+      while (!events.empty()) {
+        const session_state s = events.front();
+        events.pop_front();
+        lk.unlock();
+        {
+          std::lock_guard ll{listener_mu};
+          const auto snapshot = listeners;  // a listener may remove itself
+          for (auto& [id, l] : snapshot) {
+            try {
+              l(s);
+            } catch (...) {  // a listener's exception must not end the session's thread
+            }
+          }
+        }
+        if (s == session_state::expired && opts.reestablish_after_expiry) {
+          try {
+            open_handle();
+          } catch (...) {  // stays expired; the user may call reestablish()
+          }
+        }
+        lk.lock();
+        if (stop_worker) return;
+      }
+      if (!pending.empty() && st == session_state::connected) {
+        auto work = std::move(pending);
+        pending.clear();
+        const auto g = gen;
+        lk.unlock();
+        std::vector<pending_delete> again;
+        for (auto& p : work)
+          if (p.generation == g && !delete_now(p)) again.push_back(std::move(p));
+        lk.lock();
+        for (auto& p : again) pending.push_back(std::move(p));
+      }
+    }
+  }
+
+  /// Returns: false if the outcome is unknown (try again later).
+  bool delete_now(const pending_delete& p) {
+    std::shared_lock hl{handle_mu};
+    if (!zh) return true;
+    if (p.prefix.empty()) {
+      const int rc = zoo_delete(zh, p.path.c_str(), -1);
+      return !unknown_outcome(rc);
+    }
+    String_vector kids{};
+    int rc = zoo_get_children(zh, p.path.c_str(), 0, &kids);
+    if (unknown_outcome(rc)) return false;
+    bool ok = true;
+    if (rc == ZOK) {
+      for (int i = 0; i < kids.count; ++i) {
+        if (std::string_view{kids.data[i]}.starts_with(p.prefix)) {
+          const std::string child = p.path + "/" + kids.data[i];
+          if (unknown_outcome(zoo_delete(zh, child.c_str(), -1))) ok = false;
+        }
+      }
+      deallocate_String_vector(&kids);
+    }
+    return ok;
+  }
+
+  void defer_delete(pending_delete p) {
+    std::lock_guard lk{mu};
+    if (closed || p.generation != gen || st == session_state::expired) return;  // gone with its session
+    pending.push_back(std::move(p));
+    cv.notify_all();
+  }
+
+  // -- calls -----------------------------------------------------------------------------------
+
+  /// Effects: waits until connected. Returns: false if `deadline` passed.
+  /// Throws: session_expired / session_closed.
+  bool wait_connected(clock::time_point deadline, std::uint64_t want_gen) {
+    std::unique_lock lk{mu};
+    auto ready = [&] { return closed || gen != want_gen || st == session_state::connected || st == session_state::expired; };
+    if (deadline == clock::time_point::max())
+      cv.wait(lk, ready);
+    else if (!cv.wait_until(lk, deadline, ready))
+      return false;
+    if (closed) throw_error(errc::session_closed, "zklock");
+    if (gen != want_gen || st == session_state::expired) throw_error(errc::session_expired, "zklock");
+    return true;
+  }
+
+  std::uint64_t current_gen() const {
+    std::lock_guard lk{mu};
+    if (closed) throw_error(errc::session_closed, "zklock");
+    return gen;
+  }
+
+  /// Runs `op(zh)` until its outcome is known; Returns: its rc, or nullopt at the deadline.
+  template <class Op>
+  std::optional<int> call(clock::time_point deadline, std::uint64_t g, Op&& op) {
+    for (;;) {
+      int rc;
+      {
+        std::shared_lock hl{handle_mu};
+        {
+          std::lock_guard lk{mu};
+          if (closed) throw_error(errc::session_closed, "zklock");
+          if (gen != g || st == session_state::expired) throw_error(errc::session_expired, "zklock");
+        }
+        rc = op(zh);
+      }
+      if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) throw_error(errc::session_expired, "zklock");
+      if (rc == ZCLOSING) throw_error(errc::session_closed, "zklock");
+      if (!unknown_outcome(rc)) return rc;
+      if (!wait_connected(deadline, g)) return std::nullopt;
+    }
+  }
+
+  void shutdown() noexcept {
+    {
+      std::lock_guard lk{mu};
+      if (closed) return;
+      closed = true;
+      stop_worker = true;
+      cv.notify_all();
+    }
+    if (worker.joinable()) worker.join();
+    close_handle();
+    std::lock_guard ll{listener_mu};
+    for (auto& [id, l] : listeners) {
+      try {
+        l(session_state::closed);
+      } catch (...) {
+      }
+    }
+    std::lock_guard lk{mu};
+    st = session_state::closed;
+    cv.notify_all();
+  }
+};
+
+}  // namespace detail
+
+// ---- session -------------------------------------------------------------------------------------
+
+namespace {
+session_options from_connect(std::string_view connect) {
+  session_options o;
+  o.connect = std::string{connect};
+  return o;
+}
+}  // namespace
+
+session::session(std::string_view connect) : session(from_connect(connect)) {}
+
+session::session(session_options options) {
+  std::string chroot = validate_connect(options.connect);
+  if (options.session_timeout <= std::chrono::milliseconds::zero())
+    throw std::invalid_argument("zklock::session: session_timeout must be positive");
+  if (options.connect_timeout <= std::chrono::milliseconds::zero())
+    throw std::invalid_argument("zklock::session: connect_timeout must be positive");
+  if (options.session_timeout > std::chrono::hours{24})
+    throw std::invalid_argument("zklock::session: session_timeout is unreasonably long");
+  if (options.auth && options.auth->scheme.empty())
+    throw std::invalid_argument("zklock::session: auth scheme is empty");
+  impl_ = std::make_unique<detail::session_impl>(std::move(options));
+  impl_->chroot = std::move(chroot);
+  impl_->open_handle();  // throws; nothing else to undo yet
+  impl_->worker = std::thread([p = impl_.get()] { p->run_worker(); });
+}
+
+session::~session() { close(); }
+
+void session::close() noexcept {
+  if (impl_) impl_->shutdown();
+}
+
+session_state session::state() const noexcept {
+  std::lock_guard lk{impl_->mu};
+  return impl_->st;
+}
+
+std::int64_t session::id() const noexcept {
+  std::lock_guard lk{impl_->mu};
+  return impl_->sid;
+}
+
+std::uint64_t session::generation() const noexcept {
+  std::lock_guard lk{impl_->mu};
+  return impl_->gen;
+}
+
+std::chrono::milliseconds session::negotiated_timeout() const noexcept {
+  std::lock_guard lk{impl_->mu};
+  return impl_->negotiated;
+}
+
+std::uint64_t session::add_state_listener(state_listener l) {
+  std::lock_guard ll{impl_->listener_mu};
+  const auto id = impl_->next_listener++;
+  impl_->listeners.emplace(id, std::move(l));
+  return id;
+}
+
+void session::remove_state_listener(std::uint64_t id) noexcept {
+  if (impl_->worker.joinable() && impl_->worker.get_id() == std::this_thread::get_id()) {
+    impl_->listeners.erase(id);  // from inside a listener: listener_mu is ours already
+    return;
+  }
+  std::lock_guard ll{impl_->listener_mu};
+  impl_->listeners.erase(id);
+}
+
+bool session::wait_for(session_state s, std::chrono::milliseconds timeout) const {
+  std::unique_lock lk{impl_->mu};
+  return impl_->cv.wait_for(lk, timeout, [&] { return impl_->st == s; });
+}
+
+void session::reestablish() {
+  {
+    std::lock_guard lk{impl_->mu};
+    if (impl_->closed) throw_error(errc::session_closed, "zklock::session::reestablish");
+    if (impl_->st != session_state::expired) return;
+  }
+  impl_->open_handle();
+}
+
+const session_options& session::options() const noexcept { return impl_->opts; }
+
+// ---- the operations of the lock algorithm ----------------------------------------------------------
+
+namespace detail {
+
+namespace {
+
+constexpr std::size_t path_buffer = 1200;
+
+struct acl_choice {
+  ACL_vector* acl;
+};
+
+ACL_vector* contender_acl(session_impl&) { return &ZOO_OPEN_ACL_UNSAFE; }
+
+/// Creates every missing ancestor of `path` and `path` itself as container nodes.
+std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
+                                     clock::time_point deadline) {
+  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    const std::string prefix = path.substr(0, pos);
+    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
+      return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
+    });
+    if (!rc) return std::nullopt;
+    if (*rc != ZOK && *rc != ZNODEEXISTS) return rc;
+  }
+  return ZOK;
+}
+
+[[noreturn]] void fail(int rc, const std::string& what) { throw_error(static_cast<errc>(rc), what); }
+
+}  // namespace
+
+std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
+                                          std::string_view data, clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  const std::uint64_t g = s.current_gen();
+  const std::string node_prefix = lock_path + "/" + prefix;
+  bool maybe_created = false;  // a create whose outcome we do not know
+  auto give_up = [&]() -> std::optional<held_node> {
+    if (maybe_created) s.defer_delete({lock_path, prefix, g});
+    return std::nullopt;
+  };
+  for (;;) {
+    if (maybe_created) {
+      // Protected creation: find the node by its unique prefix, adopt it only if it is ours.
+      String_vector kids{};
+      auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
+      if (!rc) return give_up();
+      std::string found;
+      if (*rc == ZOK) {
+        for (int i = 0; i < kids.count; ++i)
+          if (std::string_view{kids.data[i]}.starts_with(prefix)) found = kids.data[i];
+        deallocate_String_vector(&kids);
+      }
+      if (!found.empty()) {
+        const std::string full = lock_path + "/" + found;
+        struct Stat st {};
+        auto rc2 = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
+        if (!rc2) return give_up();
+        std::int64_t mine;
+        {
+          std::lock_guard lk{s.mu};
+          mine = s.sid;
+        }
+        if (*rc2 == ZOK && st.ephemeralOwner == mine) return held_node{full, st.czxid, g};
+      }
+      maybe_created = false;
+    }
+    char created[path_buffer];
+    struct Stat st {};
+    std::optional<int> rc;
+    {
+      std::shared_lock hl{s.handle_mu};
+      {
+        std::lock_guard lk{s.mu};
+        if (s.closed) throw_error(errc::session_closed, "zklock");
+        if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
+      }
+      rc = zoo_create2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+                       ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &st);
+    }
+    if (*rc == ZOK) return held_node{created, st.czxid, g};
+    if (*rc == ZNONODE) {
+      auto rc2 = ensure_containers(s, lock_path, g, deadline);
+      if (!rc2) return give_up();
+      if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + lock_path);
+      continue;
+    }
+    if (*rc == ZSESSIONEXPIRED || *rc == ZINVALIDSTATE) throw_error(errc::session_expired, "zklock");
+    if (*rc == ZCLOSING) throw_error(errc::session_closed, "zklock");
+    if (unknown_outcome(*rc)) {
+      maybe_created = true;
+      try {
+        if (!s.wait_connected(deadline, g)) return give_up();
+      } catch (...) {
+        give_up();
+        throw;
+      }
+      continue;
+    }
+    fail(*rc, "zklock: creating a contender under " + lock_path);
+  }
+}
+
+std::optional<std::vector<std::string>> list_children(session& sess, const std::string& path,
+                                                      std::uint64_t watch_id, clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  String_vector kids{};
+  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+    return watch_id ? zoo_wget_children(zh, path.c_str(), &node_watcher, watch_ctx(watch_id), &kids)
+                    : zoo_get_children(zh, path.c_str(), 0, &kids);
+  });
+  if (!rc) return std::nullopt;
+  std::vector<std::string> out;
+  if (*rc == ZNONODE) return out;
+  if (*rc != ZOK) fail(*rc, "zklock: listing " + path);
+  out.reserve(static_cast<std::size_t>(kids.count));
+  for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
+  deallocate_String_vector(&kids);
+  return out;
+}
+
+std::optional<node_seen> watch_node(session& sess, const std::string& path, std::uint64_t watch_id,
+                                    clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  char buf[1];
+  struct Stat st {};
+  // getData, not exists: on a missing node it leaves no watch behind.
+  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+    int len = sizeof buf;
+    return zoo_wget(zh, path.c_str(), &node_watcher, watch_ctx(watch_id), buf, &len, &st);
+  });
+  if (!rc) return std::nullopt;
+  if (*rc == ZNONODE) return node_seen::gone;
+  if (*rc != ZOK) fail(*rc, "zklock: watching " + path);
+  return st.version > 0 ? node_seen::modified : node_seen::present;
+}
+
+void drop_watch(session& sess, const std::string& path, bool children, std::uint64_t watch_id) noexcept {
+  session_impl& s = sess.impl();
+  std::shared_lock hl{s.handle_mu};
+  bool connected;
+  {
+    std::lock_guard lk{s.mu};
+    if (s.closed || !s.zh) return;
+    connected = s.st == session_state::connected;
+  }
+  const int local = connected ? 0 : 1;
+  zoo_remove_watches(s.zh, path.c_str(), children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA, &node_watcher,
+                     watch_ctx(watch_id), local);
+}
+
+void touch_node(session& sess, const std::string& path) noexcept {
+  session_impl& s = sess.impl();
+  std::shared_lock hl{s.handle_mu};
+  {
+    std::lock_guard lk{s.mu};
+    if (s.closed || !s.zh || s.st != session_state::connected) return;
+  }
+  const std::string data = contender_data();
+  zoo_set(s.zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
+}
+
+void release_node(session& sess, const held_node& n) noexcept {
+  session_impl& s = sess.impl();
+  pending_delete p{n.path, {}, n.generation};
+  try {
+    {
+      std::lock_guard lk{s.mu};
+      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return;
+      if (s.st != session_state::connected) {
+        s.pending.push_back(std::move(p));
+        s.cv.notify_all();
+        return;
+      }
+    }
+    if (!s.delete_now(p)) s.defer_delete(std::move(p));
+  } catch (...) {  // allocation failure: nothing sensible left to do
+  }
+}
+
+std::string session_password(const session& sess) {
+  session_impl& s = sess.impl();
+  std::shared_lock hl{s.handle_mu};
+  if (!s.zh) return {};
+  const clientid_t* id = zoo_client_id(s.zh);
+  return id ? std::string{id->passwd, sizeof id->passwd} : std::string{};
+}
+
+bool session_alive_for(const session& sess, const held_node& n) noexcept {
+  session_impl& s = sess.impl();
+  std::lock_guard lk{s.mu};
+  return !s.closed && s.gen == n.generation && s.st != session_state::expired;
+}
+
+void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
+  session_impl& s = sess.impl();
+  const auto g = s.current_gen();
+  const auto deadline = clock::now() + s.opts.connect_timeout;
+  const std::string want = "leases=" + std::to_string(leases);
+  for (;;) {
+    char buf[64];
+    int len = sizeof buf;
+    struct Stat st {};
+    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
+      len = sizeof buf;
+      return zoo_get(zh, path.c_str(), 0, buf, &len, &st);
+    });
+    if (!rc) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
+    if (*rc == ZOK) {
+      const std::string have{buf, static_cast<std::size_t>(std::max(len, 0))};
+      if (have == want) return;
+      throw_error(errc::lease_count_mismatch,
+                  "zklock: semaphore " + path + " stores \"" + have + "\", opened with " + want);
+    }
+    if (*rc != ZNONODE) fail(*rc, "zklock: opening semaphore " + path);
+    const auto parent = path.substr(0, path.rfind('/'));
+    if (!parent.empty()) {
+      auto rc2 = ensure_containers(s, parent, g, deadline);
+      if (!rc2) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
+      if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + parent);
+    }
+    auto rc3 = s.call(deadline, g, [&](zhandle_t* zh) {
+      return zoo_create(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
+                        ZOO_PERSISTENT, nullptr, 0);
+    });
+    if (!rc3) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
+    if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, "zklock: creating semaphore " + path);
+  }
+}
+
+}  // namespace detail
+}  // namespace zklock

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:reentrancy — who owns a held lock, and what locking it again does.
+//
+//   reentrancy_none          Owned by the locking thread; locking again from that thread throws
+//                            std::system_error(resource_deadlock_would_occur) instead of hanging.
+//                            Like std::mutex, but checked. The default.
+//   reentrancy_per_thread    Owned by the locking thread; it may lock again and must unlock as
+//                            often (like std::recursive_mutex and Curator's InterProcessMutex).
+//                            Other threads of the same lock object queue with their own nodes.
+//   reentrancy_counted_owner Owned by the lock object itself: lock() on a held object only counts,
+//                            from any thread, and any thread may unlock. For executors and
+//                            coroutines that hop threads. Threads sharing such an object do not
+//                            exclude each other: give each task its own object.
+// No policy costs a ZooKeeper request for a re-entry.
+module;
+#include <concepts>
+export module zklock:reentrancy;
+
+export namespace zklock {
+
+/// A reentrancy policy: whether re-locking counts, and whether ownership is per thread.
+template <class P>
+concept ReentrancyPolicy = std::is_empty_v<P> && requires {
+  { P::reentrant } -> std::convertible_to<bool>;
+  { P::per_thread } -> std::convertible_to<bool>;
+};
+
+/// Not re-entrant; re-locking from the holder throws (see the banner).
+struct reentrancy_none {
+  static constexpr bool reentrant = false;
+  static constexpr bool per_thread = true;
+};
+
+/// Re-entrant per thread (see the banner).
+struct reentrancy_per_thread {
+  static constexpr bool reentrant = true;
+  static constexpr bool per_thread = true;
+};
+
+/// Re-entrant, owned by the lock object; any thread may release (see the banner).
+struct reentrancy_counted_owner {
+  static constexpr bool reentrant = true;
+  static constexpr bool per_thread = false;
+};
+
+}  // namespace zklock

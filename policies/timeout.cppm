@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:timeout — how long a blocking lock()/acquire() may wait.
+//
+//   timeout_forever            lock() waits as long as it takes (like std::mutex). The default.
+//   timeout_throw_after<Ms>    lock() gives up after Ms milliseconds, removes its contender node
+//                              and throws std::system_error(errc::lock_timeout): a stuck holder
+//                              becomes an error, not a hung service.
+// try_lock_for / try_lock_until take their own deadline under every policy (steady_clock, one
+// deadline across every retry); try_lock never waits.
+module;
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+export module zklock:timeout;
+
+export namespace zklock {
+
+/// A timeout policy: maps "now" to the deadline of a blocking lock().
+template <class P>
+concept TimeoutPolicy = std::is_empty_v<P> && requires(std::chrono::steady_clock::time_point now) {
+  { P::lock_deadline(now) } -> std::same_as<std::chrono::steady_clock::time_point>;
+};
+
+/// lock() waits forever (see the banner).
+struct timeout_forever {
+  /// Returns: time_point::max(), i.e. no deadline.
+  static std::chrono::steady_clock::time_point lock_deadline(std::chrono::steady_clock::time_point) {
+    return std::chrono::steady_clock::time_point::max();
+  }
+};
+
+/// lock() throws errc::lock_timeout after Ms milliseconds (see the banner).
+template <std::int64_t Ms>
+  requires(Ms > 0)
+struct timeout_throw_after {
+  /// Returns: now + Ms.
+  static std::chrono::steady_clock::time_point lock_deadline(std::chrono::steady_clock::time_point now) {
+    return now + std::chrono::milliseconds{Ms};
+  }
+};
+
+}  // namespace zklock

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:wakeup — how a watch (on the ZooKeeper event thread) wakes the thread that waits.
+//
+//   wake_condition_variable  One waiter per acquire attempt (mutex + condition variable + flag),
+//                            reset and re-used for every wait of that attempt. Cheapest when
+//                            attempts wait many times (long queues, children watches).
+//   wake_latch               A fresh one-shot latch (a binary semaphore released once) for every
+//                            single wait: a late firing of an earlier watch can never wake a later
+//                            wait. One small allocation per wait.
+// Both wake exactly the waiting thread, never others sharing the lock object, and the watch
+// callback only flips a flag: it never blocks the ZooKeeper event thread.
+module;
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <mutex>
+#include <semaphore>
+export module zklock:wakeup;
+import :detail;
+
+export namespace zklock {
+
+/// A wakeup policy: names a waiter type that a watch can wake, and whether a fresh one is needed
+/// for every wait.
+template <class P>
+concept WakeupPolicy =
+    std::is_empty_v<P> && std::derived_from<typename P::waiter, detail::wake_target> &&
+    std::default_initializable<typename P::waiter> &&
+    requires(typename P::waiter& w, std::chrono::steady_clock::time_point d) {
+      { P::fresh_per_wait } -> std::convertible_to<bool>;
+      w.reset();
+      { w.wait_until(d) } -> std::same_as<bool>;
+    };
+
+/// Condition-variable wake-up (see the banner).
+struct wake_condition_variable {
+  static constexpr bool fresh_per_wait = false;
+
+  class waiter final : public detail::wake_target {
+   public:
+    /// Effects: marks the waiter woken and notifies it. Never blocks for long.
+    void wake() noexcept override {
+      {
+        std::lock_guard lk{m_};
+        fired_ = true;
+      }
+      cv_.notify_one();
+    }
+    /// Effects: forgets earlier wake-ups.
+    void reset() {
+      std::lock_guard lk{m_};
+      fired_ = false;
+    }
+    /// Effects: waits until woken or `d`. Returns: whether it was woken.
+    bool wait_until(std::chrono::steady_clock::time_point d) {
+      std::unique_lock lk{m_};
+      if (d == std::chrono::steady_clock::time_point::max()) {
+        cv_.wait(lk, [&] { return fired_; });
+        return true;
+      }
+      return cv_.wait_until(lk, d, [&] { return fired_; });
+    }
+
+   private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool fired_ = false;
+  };
+};
+
+/// One-shot latch wake-up (see the banner).
+struct wake_latch {
+  static constexpr bool fresh_per_wait = true;
+
+  class waiter final : public detail::wake_target {
+   public:
+    /// Effects: opens the latch (once; later calls do nothing).
+    void wake() noexcept override {
+      if (!open_.exchange(true, std::memory_order_acq_rel)) sem_.release();
+    }
+    /// Effects: none: a latch is used for one wait only.
+    void reset() {}
+    /// Effects: waits until the latch opens or `d`. Returns: whether it opened.
+    bool wait_until(std::chrono::steady_clock::time_point d) {
+      if (d == std::chrono::steady_clock::time_point::max()) {
+        sem_.acquire();
+        return true;
+      }
+      return sem_.try_acquire_until(d);
+    }
+
+   private:
+    std::atomic<bool> open_{false};
+    std::binary_semaphore sem_{0};
+  };
+};
+
+}  // namespace zklock

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// Contender names (Curator's spellings), and queue order by sequence number across the 32-bit wrap.
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+#include <gtest/gtest.h>
+import zklock;
+
+using namespace zklock::detail;
+
+TEST(ContenderOrder, ParsesCuratorNames) {
+  auto c = parse_contender("_c_0f8e7b9a-1111-4222-8333-444455556666-lock-0000000042");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->seq, 42);
+  EXPECT_EQ(c->kind, contender_kind::lock);
+  EXPECT_EQ(parse_contender("_c_x-__READ__0000000007")->kind, contender_kind::read);
+  EXPECT_EQ(parse_contender("__WRIT__0000000008")->kind, contender_kind::write);
+  EXPECT_EQ(parse_contender("lease-0000000001")->kind, contender_kind::lease);
+  EXPECT_EQ(parse_contender("lock--000000001")->seq, -1);
+}
+
+TEST(ContenderOrder, IgnoresNonContenders) {
+  for (const char* n : {"leases", "lock-", "lock-12", "lock-00000000x1", "config", "lock-+000000001", "x-0000000001"})
+    EXPECT_FALSE(parse_contender(n)) << n;
+}
+
+TEST(ContenderOrder, SerialArithmeticAcrossTheWrap) {
+  constexpr auto max = std::numeric_limits<std::int32_t>::max();
+  constexpr auto min = std::numeric_limits<std::int32_t>::min();
+  static_assert(seq_before(1, 2) && !seq_before(2, 1) && !seq_before(5, 5));
+  static_assert(seq_before(max, min));          // 2147483647 then -2147483648
+  static_assert(seq_before(max - 3, min + 3));
+  static_assert(!seq_before(min, max));
+  EXPECT_TRUE(seq_before(-1, 0));
+}
+
+TEST(ContenderOrder, SortsByQueueOrderAndFiltersKinds) {
+  const std::vector<std::string> kids{"_c_b-lock--2147483647", "other", "_c_a-lock-2147483646",
+                                      "_c_c-lock--2147483648", "_c_d-lock-2147483647",
+                                      "_c_e-__READ__2147483645", "leases"};
+  const auto q = sorted_contenders(kids, 1u << static_cast<unsigned>(contender_kind::lock));
+  std::vector<std::string> names;
+  for (auto& c : q) names.push_back(c.name.substr(0, 4));
+  EXPECT_EQ(names, (std::vector<std::string>{"_c_a", "_c_d", "_c_c", "_c_b"}));
+  const auto rw = sorted_contenders(kids, (1u << 1) | (1u << 2));
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].kind, contender_kind::read);
+}
+
+TEST(ContenderOrder, PrefixesAreUniquePerAttempt) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const auto p = contender_prefix(contender_kind::lock);
+    EXPECT_TRUE(p.starts_with("_c_")) << p;
+    EXPECT_TRUE(p.ends_with("-lock-")) << p;
+    EXPECT_EQ(p.size(), 3u + 36u + 1u + 5u) << p;
+    seen.insert(p);
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+  EXPECT_TRUE(contender_prefix(contender_kind::read).ends_with("-__READ__"));
+  EXPECT_TRUE(contender_prefix(contender_kind::write).ends_with("-__WRIT__"));
+}

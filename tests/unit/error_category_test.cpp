@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The "zklock" error category names every ZooKeeper return code and zklock's own errors.
+#include <string>
+#include <system_error>
+#include <zookeeper/zookeeper.h>
+#include <gtest/gtest.h>
+import zklock;
+
+TEST(ErrorCategory, IsNamedZklock) { EXPECT_STREQ(zklock::error_category().name(), "zklock"); }
+
+TEST(ErrorCategory, MapsEveryZooKeeperCode) {
+  for (int rc : {ZSYSTEMERROR, ZRUNTIMEINCONSISTENCY, ZDATAINCONSISTENCY, ZCONNECTIONLOSS, ZMARSHALLINGERROR,
+                 ZUNIMPLEMENTED, ZOPERATIONTIMEOUT, ZBADARGUMENTS, ZINVALIDSTATE, ZNEWCONFIGNOQUORUM,
+                 ZRECONFIGINPROGRESS, ZSSLCONNECTIONERROR, ZAPIERROR, ZNONODE, ZNOAUTH, ZBADVERSION,
+                 ZNOCHILDRENFOREPHEMERALS, ZNODEEXISTS, ZNOTEMPTY, ZSESSIONEXPIRED, ZINVALIDCALLBACK, ZINVALIDACL,
+                 ZAUTHFAILED, ZCLOSING, ZNOTHING, ZSESSIONMOVED, ZNOTREADONLY, ZEPHEMERALONLOCALSESSION, ZNOWATCHER,
+                 ZRECONFIGDISABLED, ZSESSIONCLOSEDREQUIRESASLAUTH, ZTHROTTLEDOP}) {
+    const std::error_code ec = static_cast<zklock::errc>(rc);
+    EXPECT_EQ(&ec.category(), &zklock::error_category());
+    EXPECT_EQ(ec.message().find("unknown"), std::string::npos) << rc << ": " << ec.message();
+  }
+}
+
+TEST(ErrorCategory, OwnErrorsHaveMessagesAndConditions) {
+  for (auto e : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
+                 zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::not_held,
+                 zklock::errc::lease_count_mismatch}) {
+    EXPECT_EQ(std::error_code{e}.message().find("unknown"), std::string::npos);
+  }
+  EXPECT_TRUE(std::error_code{zklock::errc::lock_timeout} == std::errc::timed_out);
+  EXPECT_TRUE(std::error_code{zklock::errc::connection_loss} == std::errc::not_connected);
+  EXPECT_FALSE(std::error_code{zklock::errc::no_node} == std::errc::timed_out);
+}
