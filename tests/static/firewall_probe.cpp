@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Compiled three times by the firewall tests: with PROBE_zoo_create or PROBE_ZOK it must fail
+// Compiled four times by the firewall tests: with PROBE_zoo_create, PROBE_ZOK or PROBE_ranges it must fail
 // ("undeclared identifier"), with PROBE_control it must compile.
 import zklock;
 
@@ -8,6 +8,8 @@ int main() {
   return zoo_create == nullptr;
 #elif defined(PROBE_ZOK)
   return ZOK;
+#elif defined(PROBE_ranges)
+  return ranges::views::iota(0, 3).size() > 0;
 #else
   return zklock::session_state::connected == zklock::session_state::closed;
 #endif
