@@ -215,8 +215,47 @@ struct session_impl {
   std::mutex listener_mu;           // held while listeners run
   std::map<std::uint64_t, state_listener> listeners;
   std::uint64_t next_listener = 1;
+  // The thread that holds listener_mu to run listeners (none: default id). A listener may add or
+  // remove listeners, or close the session, on that thread without taking listener_mu again.
+  std::atomic<std::thread::id> dispatcher{};
 
   std::thread worker;
+
+  ~session_impl() {
+    // close() called from a listener cannot join the worker it runs on: join it here.
+    if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  }
+
+  /// Returns: whether the caller is running a listener right now (and so holds listener_mu).
+  bool in_listener() const noexcept { return dispatcher.load() == std::this_thread::get_id(); }
+
+  /// Effects: calls every listener with `s`, in the order they were added; a listener removed by
+  /// an earlier one is not called, nor is any once the session is closed (unless `s` is closed).
+  /// Exceptions of listeners are swallowed.
+  void notify_listeners(session_state s) noexcept {
+    std::unique_lock<std::mutex> ll;
+    const bool nested = in_listener();  // close() from inside a listener
+    if (!nested) {
+      ll = std::unique_lock{listener_mu};
+      dispatcher.store(std::this_thread::get_id());
+    }
+    try {
+      const auto snapshot = listeners;  // a listener may add or remove listeners
+      for (auto& [id, l] : snapshot) {
+        if (!listeners.contains(id)) continue;
+        if (s != session_state::closed) {
+          std::lock_guard lk{mu};
+          if (closed) break;  // e.g. a listener closed the session: "closed" was the last word
+        }
+        try {
+          l(s);
+        } catch (...) {  // a listener's exception must not end the session's thread
+        }
+      }
+    } catch (...) {  // allocation failure while copying: the listeners miss this change
+    }
+    if (!nested) dispatcher.store(std::thread::id{});
+  }
 
   // -- state ---------------------------------------------------------------------------------
 
@@ -373,16 +412,7 @@ struct session_impl {
         const session_state s = events.front();
         events.pop_front();
         lk.unlock();
-        {
-          std::lock_guard ll{listener_mu};
-          const auto snapshot = listeners;  // a listener may remove itself
-          for (auto& [id, l] : snapshot) {
-            try {
-              l(s);
-            } catch (...) {  // a listener's exception must not end the session's thread
-            }
-          }
-        }
+        notify_listeners(s);
         if (s == session_state::expired && opts.reestablish_after_expiry) {
           try {
             open_handle();
@@ -488,15 +518,11 @@ struct session_impl {
       stop_worker = true;
       cv.notify_all();
     }
-    if (worker.joinable()) worker.join();
+    // From a listener (on the worker), the worker ends by itself once the listener returns; the
+    // destructor joins it.
+    if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
     close_handle();
-    std::lock_guard ll{listener_mu};
-    for (auto& [id, l] : listeners) {
-      try {
-        l(session_state::closed);
-      } catch (...) {
-      }
-    }
+    notify_listeners(session_state::closed);
     std::lock_guard lk{mu};
     st = session_state::closed;
     cv.notify_all();
@@ -530,6 +556,11 @@ session::session(session_options options) {
   impl_ = std::make_unique<detail::session_impl>(std::move(options));
   impl_->chroot = std::move(chroot);
   impl_->open_handle();  // throws; nothing else to undo yet
+  {
+    // The changes so far happened before anyone could add a listener: they are not "later".
+    std::lock_guard lk{impl_->mu};
+    impl_->events.clear();
+  }
   impl_->worker = std::thread([p = impl_.get()] { p->run_worker(); });
 }
 
@@ -560,18 +591,16 @@ std::chrono::milliseconds session::negotiated_timeout() const noexcept {
 }
 
 std::uint64_t session::add_state_listener(state_listener l) {
-  std::lock_guard ll{impl_->listener_mu};
+  std::unique_lock<std::mutex> ll;
+  if (!impl_->in_listener()) ll = std::unique_lock{impl_->listener_mu};  // else ours already
   const auto id = impl_->next_listener++;
   impl_->listeners.emplace(id, std::move(l));
   return id;
 }
 
 void session::remove_state_listener(std::uint64_t id) noexcept {
-  if (impl_->worker.joinable() && impl_->worker.get_id() == std::this_thread::get_id()) {
-    impl_->listeners.erase(id);  // from inside a listener: listener_mu is ours already
-    return;
-  }
-  std::lock_guard ll{impl_->listener_mu};
+  std::unique_lock<std::mutex> ll;
+  if (!impl_->in_listener()) ll = std::unique_lock{impl_->listener_mu};  // else ours already
   impl_->listeners.erase(id);
 }
 

@@ -43,7 +43,9 @@ using log_handler = std::function<void(std::string_view line)>;
 /// Effects: routes the C client's log of every session to h (an empty function = silent, the default).
 void set_log_handler(log_handler h);
 
-/// Receives every state change of a session, in order, on a zklock thread (never ZooKeeper's).
+/// Receives every state change of a session, in order, on the session's own thread (never
+/// ZooKeeper's); the final `closed` arrives on the thread that calls close(). A listener may add or
+/// remove listeners, or close the session.
 using state_listener = std::function<void(session_state)>;
 
 namespace detail { struct session_impl; }

@@ -1,2 +1,587 @@
 // SPDX-License-Identifier: Apache-2.0
+// zklock::session on a real server: connect, chroot, digest auth, state listeners, expiry and
+// re-establishment, bad input, log routing and close.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <vector>
 #include "zk_test.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using zklock::session_state;
+using steady = std::chrono::steady_clock;
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+/// Records the states a session reports (listeners run on another thread) and lets a test wait
+/// for a pattern without sleeping. Declare it before the session it listens to.
+class state_log {
+ public:
+  zklock::state_listener listener() {
+    return [this](session_state s) {
+      {
+        std::lock_guard lk{mu_};
+        states_.push_back(s);
+      }
+      cv_.notify_all();
+    };
+  }
+
+  /// Returns: whether `pred(states)` became true within `timeout`.
+  bool wait(const std::function<bool(const std::vector<session_state>&)>& pred, std::chrono::milliseconds timeout) {
+    std::unique_lock lk{mu_};
+    return cv_.wait_for(lk, timeout, [&] { return pred(states_); });
+  }
+
+  std::vector<session_state> states() const {
+    std::lock_guard lk{mu_};
+    return states_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<session_state> states_;
+};
+
+/// Returns: whether `want` occurs in `seen` in this order (other states may come in between).
+bool in_order(const std::vector<session_state>& seen, std::initializer_list<session_state> want) {
+  auto w = want.begin();
+  for (session_state s : seen)
+    if (w != want.end() && s == *w) ++w;
+  return w == want.end();
+}
+
+std::string describe(const std::vector<session_state>& v) {
+  std::string out;
+  for (session_state s : v) out += std::string{out.empty() ? "" : ", "} + zklock::to_string(s);
+  return "[" + out + "]";
+}
+
+/// Expects `f` to throw std::system_error with code `want`.
+template <class F>
+void expect_error(F&& f, zklock::errc want, std::string_view what) {
+  try {
+    f();
+    ADD_FAILURE() << what << ": no exception, expected " << zklock::make_error_code(want).message();
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::make_error_code(want)) << what << ": " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": unexpected exception " << e.what();
+  }
+}
+
+/// Shows control characters and NUL of a test input.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += "\\x" + std::to_string(static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return "\"" + out + "\"";
+}
+
+/// Redirects file descriptor 2 to a temporary file until finish().
+class stderr_capture {
+ public:
+  stderr_capture() {
+    char name[] = "/tmp/zklock-session-test-stderr-XXXXXX";
+    const int fd = ::mkstemp(name);
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    path_ = name;
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  stderr_capture(const stderr_capture&) = delete;
+  stderr_capture& operator=(const stderr_capture&) = delete;
+  ~stderr_capture() { finish(); }
+
+  /// Effects: restores fd 2. Returns: what was written to it meanwhile.
+  std::string finish() {
+    if (saved_ < 0) return text_;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text_.append(buf, static_cast<std::size_t>(n));
+      ::close(fd);
+    }
+    ::unlink(path_.c_str());
+    return text_;
+  }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+  std::string text_;
+};
+
+/// Generous bound for anything that waits on the server: turns a hang into a failure.
+constexpr auto patience = 30s;
+
+/// Effects: runs `f` on another thread; if it has not returned within 4 x `patience` (a
+/// deadlock), says so and aborts the test program, which would otherwise hang.
+void run_bounded(const char* what, const std::function<void()>& f) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread t{[&] {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": unexpected exception " << e.what();
+    }
+    {
+      std::lock_guard lk{mu};
+      done = true;
+    }
+    cv.notify_all();
+  }};
+  std::unique_lock lk{mu};
+  if (!cv.wait_for(lk, 4 * patience, [&] { return done; })) {
+    std::fprintf(stderr, "%s did not return within %lld s: deadlock\n", what,
+                 static_cast<long long>(std::chrono::seconds{4 * patience}.count()));
+    std::abort();
+  }
+  lk.unlock();
+  t.join();
+}
+
+// ---- connect -----------------------------------------------------------------------------------------
+
+void expect_established(const zklock::session& s) {
+  EXPECT_EQ(s.state(), session_state::connected);
+  EXPECT_NE(s.id(), 0);
+  EXPECT_EQ(s.generation(), 1u);
+  EXPECT_GT(s.negotiated_timeout(), 0ms);
+}
+
+TEST(SessionConnect, FromAConnectString) {
+  zklock::session s{zkt::connect()};
+  expect_established(s);
+  EXPECT_EQ(s.options().connect, zkt::connect());
+  EXPECT_TRUE(s.wait_for(session_state::connected, 0ms));
+}
+
+TEST(SessionConnect, FromOptions) {
+  const auto o = zkt::options(4000ms);
+  zklock::session s{o};
+  expect_established(s);
+  EXPECT_LE(s.negotiated_timeout(), 4000ms);  // the test server's bounds allow what we asked
+  EXPECT_EQ(s.options().session_timeout, 4000ms);
+  zklock::session other{o};
+  EXPECT_NE(other.id(), s.id());
+}
+
+// ---- chroot --------------------------------------------------------------------------------------------
+
+TEST(SessionChroot, EveryPathIsUnderTheChroot) {
+  const auto root = zkt::unique_path("chroot");
+  zkt::create_path(root);
+  ASSERT_TRUE(zkt::exists(root));
+  auto o = zkt::options();
+  o.connect = zkt::connect() + root;
+  zklock::session s{o};
+  EXPECT_EQ(s.state(), session_state::connected);
+  zklock::mutex m{s, "/locks/a"};
+  m.lock();
+  const auto kids = zkt::children(root + "/locks/a");  // the observer has no chroot
+  ASSERT_EQ(kids.size(), 1u);
+  EXPECT_EQ(kids[0].rfind("_c_", 0), 0u) << kids[0];
+  m.unlock();
+  EXPECT_TRUE(zkt::children(root + "/locks/a").empty());
+}
+
+TEST(SessionChroot, MissingChrootIsRefused) {
+  auto o = zkt::options();
+  o.connect = zkt::connect() + zkt::unique_path("no-such-chroot");
+  expect_error([&] { zklock::session s{o}; }, zklock::errc::chroot_missing, "missing chroot");
+}
+
+// ---- digest auth --------------------------------------------------------------------------------------------
+
+TEST(SessionAuth, DigestCredentialsAreSentAndEnforced) {
+  zkt::create_path("/zklock-test");
+  const auto node = zkt::unique_path("acl");
+  zkt::digest_client alice_raw{"alice", "secret"};
+  ASSERT_EQ(alice_raw.create_private(node), 0);
+  {
+    zkt::digest_client bob_raw{"bob", "secret"};
+    ASSERT_FALSE(bob_raw.children(node)) << "the node's ACL does not keep bob out";
+  }
+
+  {  // alice may create under her node
+    auto o = zkt::options();
+    o.auth = zklock::digest("alice", "secret");
+    zklock::session s{o};
+    zklock::mutex m{s, node};
+    m.lock();
+    const auto kids = alice_raw.children(node);
+    ASSERT_TRUE(kids);
+    EXPECT_EQ(kids->size(), 1u);
+    m.unlock();
+    EXPECT_EQ(alice_raw.children(node), std::vector<std::string>{});
+  }
+
+  auto bob = zkt::options();
+  bob.auth = zklock::digest("bob", "secret");
+  auto nobody = zkt::options();
+  for (const auto* o : {&bob, &nobody}) {
+    const std::string who = o->auth ? "bob" : "no auth";
+    zklock::session s{*o};
+    for (const std::string& path : {node, node + "/deeper"}) {
+      zklock::mutex m{s, path};
+      expect_error([&] { m.lock(); }, zklock::errc::no_auth, who + " lock() on " + path);
+      expect_error([&] { (void)m.try_lock(); }, zklock::errc::no_auth, who + " try_lock() on " + path);
+      EXPECT_FALSE(m.owns_lock());
+    }
+    EXPECT_EQ(s.state(), session_state::connected) << who;
+  }
+  EXPECT_EQ(alice_raw.children(node), std::vector<std::string>{}) << "a refused attempt left a node behind";
+  alice_raw.remove_tree(node);
+}
+
+TEST(SessionAuth, UnknownSchemeFailsTheConstructor) {
+  auto o = zkt::options();
+  o.auth = zklock::auth_info{"bogus", "x"};
+  expect_error([&] { zklock::session s{o}; }, zklock::errc::auth_failed, "scheme bogus");
+}
+
+TEST(SessionAuth, DigestChecksTheUserName) {
+  const auto a = zklock::digest("alice", "p:w");
+  EXPECT_EQ(a.scheme, "digest");
+  EXPECT_EQ(a.credential, "alice:p:w");
+  EXPECT_THROW((void)zklock::digest("", "x"), std::invalid_argument);
+  EXPECT_THROW((void)zklock::digest("a:b", "x"), std::invalid_argument);
+}
+
+// ---- state listeners, expiry, re-establishment -------------------------------------------------------------
+
+TEST(SessionExpiry, ListenerSeesExpiryThenANewSession) {
+  state_log log;
+  zklock::session s{zkt::options()};
+  s.add_state_listener(log.listener());
+  const auto first_id = s.id();
+  const auto path = zkt::unique_path("expiry");
+  zklock::mutex m{s, path};
+  m.lock();
+  ASSERT_EQ(zkt::children(path).size(), 1u);
+
+  ASSERT_TRUE(zkt::expire(s)) << describe(log.states());
+  const bool reestablished = log.wait(
+      [](const auto& v) {
+        return in_order(v, {session_state::expired, session_state::connecting, session_state::connected});
+      },
+      patience);
+  ASSERT_TRUE(reestablished) << describe(log.states());
+  const auto seen = log.states();
+  EXPECT_FALSE(in_order(seen, {session_state::closed})) << describe(seen);
+  EXPECT_EQ(s.state(), session_state::connected);
+  EXPECT_EQ(s.generation(), 2u);
+  EXPECT_NE(s.id(), first_id);
+  EXPECT_NE(s.id(), 0);
+  EXPECT_TRUE(zkt::children(path).empty()) << "the expired session's node survived";
+
+  m.unlock();  // the hold went with the old session: nothing to delete
+  m.lock();
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(SessionExpiry, WithoutAutomaticReestablishmentItStaysExpired) {
+  auto o = zkt::options();
+  o.reestablish_after_expiry = false;
+  zklock::session s{o};
+  const auto first_id = s.id();
+  s.reestablish();  // alive: does nothing
+  EXPECT_EQ(s.generation(), 1u);
+  EXPECT_EQ(s.id(), first_id);
+
+  ASSERT_TRUE(zkt::expire(s));
+  ASSERT_TRUE(s.wait_for(session_state::expired, patience));
+  EXPECT_EQ(s.state(), session_state::expired);
+  EXPECT_EQ(s.generation(), 1u);
+  const auto path = zkt::unique_path("expired");
+  zklock::mutex m{s, path};
+  expect_error([&] { m.lock(); }, zklock::errc::session_expired, "lock() on an expired session");
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(s.state(), session_state::expired);
+
+  s.reestablish();
+  EXPECT_EQ(s.state(), session_state::connected);
+  EXPECT_EQ(s.generation(), 2u);
+  EXPECT_NE(s.id(), first_id);
+  m.lock();
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(SessionListeners, RemovedListenersAreNotCalledAndThrowingOnesDoNoHarm) {
+  state_log kept;
+  std::atomic<int> removed_calls{0};
+  std::atomic<int> throwing_calls{0};
+  zklock::session s{zkt::options()};
+  // Listeners run in the order they were added: the throwing one comes first.
+  const auto thrower = s.add_state_listener([&](session_state) {
+    ++throwing_calls;
+    throw std::runtime_error("a listener failed");
+  });
+  const auto removed = s.add_state_listener([&](session_state) { ++removed_calls; });
+  const auto kept_id = s.add_state_listener(kept.listener());
+  EXPECT_NE(thrower, removed);
+  EXPECT_NE(removed, kept_id);
+  s.remove_state_listener(removed);
+
+  ASSERT_TRUE(zkt::expire(s));
+  const bool reestablished = kept.wait(
+      [](const auto& v) {
+        return in_order(v, {session_state::expired, session_state::connecting, session_state::connected});
+      },
+      patience);
+  ASSERT_TRUE(reestablished) << describe(kept.states());
+  EXPECT_EQ(removed_calls.load(), 0);
+  EXPECT_GE(throwing_calls.load(), 3);  // expired, connecting, connected at least
+
+  // The session works after its listener threw.
+  EXPECT_EQ(s.state(), session_state::connected);
+  const auto path = zkt::unique_path("after-throw");
+  zklock::mutex m{s, path};
+  m.lock();
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  m.unlock();
+
+  // Removal also stops the call made by close().
+  const auto before_close = kept.states().size();
+  s.remove_state_listener(kept_id);
+  s.close();
+  EXPECT_EQ(kept.states().size(), before_close) << describe(kept.states());
+  EXPECT_EQ(removed_calls.load(), 0);
+}
+
+// A listener may call the session back: these two run under run_bounded, as a deadlock there
+// would otherwise hang the whole program.
+TEST(SessionListeners, ListenersMayAddAndRemoveListeners) {
+  run_bounded("ListenersMayAddAndRemoveListeners", [] {
+    state_log added_log;
+    std::atomic<int> self_removing_calls{0};
+    std::atomic<int> closing_calls{0};
+    std::atomic<std::uint64_t> self_id{0};
+    std::atomic<std::uint64_t> closing_id{0};
+    zklock::session s{zkt::options()};
+    // On the session's thread: remove itself and add another.
+    self_id = s.add_state_listener([&](session_state) {
+      ++self_removing_calls;
+      s.remove_state_listener(self_id);
+      s.add_state_listener(added_log.listener());
+    });
+    ASSERT_TRUE(zkt::expire(s));
+    const bool reestablished = added_log.wait(
+        [](const auto& v) { return in_order(v, {session_state::connecting, session_state::connected}); }, patience);
+    ASSERT_TRUE(reestablished) << describe(added_log.states());
+    EXPECT_EQ(self_removing_calls.load(), 1);
+
+    // On the thread that calls close().
+    closing_id = s.add_state_listener([&](session_state st) {
+      ++closing_calls;
+      EXPECT_EQ(st, session_state::closed);
+      s.remove_state_listener(closing_id);
+    });
+    s.close();
+    EXPECT_EQ(closing_calls.load(), 1);
+    EXPECT_EQ(s.state(), session_state::closed);
+    EXPECT_TRUE(in_order(added_log.states(), {session_state::connected, session_state::closed}))
+        << describe(added_log.states());
+  });
+}
+
+TEST(SessionListeners, AListenerMayCloseTheSession) {
+  run_bounded("AListenerMayCloseTheSession", [] {
+    state_log log;
+    auto s = std::make_unique<zklock::session>(zkt::options());
+    s->add_state_listener(log.listener());
+    s->add_state_listener([&](session_state st) {
+      if (st == session_state::expired) s->close();
+    });
+    ASSERT_TRUE(zkt::expire(*s));
+    ASSERT_TRUE(s->wait_for(session_state::closed, patience)) << describe(log.states());
+    EXPECT_EQ(s->generation(), 1u) << "a closed session was re-established";
+    zklock::mutex m{*s, zkt::unique_path("closed-by-listener")};
+    expect_error([&] { m.lock(); }, zklock::errc::session_closed, "lock() after a listener closed the session");
+    EXPECT_EQ(s->state(), session_state::closed);
+    s.reset();  // joins the session's thread, which ran close()
+    const auto seen = log.states();
+    EXPECT_TRUE(in_order(seen, {session_state::expired, session_state::closed})) << describe(seen);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), session_state::closed) << "a state after closed: " << describe(seen);
+  });
+}
+
+// ---- bad input -------------------------------------------------------------------------------------------------
+
+TEST(SessionBadInput, MalformedInputIsRejectedAtOnce) {
+  const std::string good = zkt::connect();
+  const std::vector<std::string> connects = {
+      "",
+      "127.0.0.1",
+      "127.0.0.1:",
+      "127.0.0.1:abc",
+      "127.0.0.1:0",
+      "127.0.0.1:99999",
+      "127.0.0.1:65536",
+      "127.0.0.1:-1",
+      ":2181",
+      "127.0.0.1:2181,",
+      "127.0.0.1:2181,,127.0.0.1:2182",
+      "127.0.0.1 :2181",
+      "[::1]2181",
+      good + "/",
+      good + "//x",
+      good + "/a/../b",
+      good + "/a/./b",
+      good + std::string{"/a\0b", 4},
+      good + "/a\nb",
+      good + "/zookeeper",
+      good + "/zookeeper/quota",
+  };
+  for (const auto& c : connects) {
+    SCOPED_TRACE("connect " + printable(c));
+    const auto t0 = steady::now();
+    EXPECT_THROW({ zklock::session s{std::string_view{c}}; }, std::invalid_argument);
+    auto o = zkt::options();
+    o.connect = c;
+    o.connect_timeout = 2s;  // a missing check fails in 2 s rather than hanging
+    EXPECT_THROW({ zklock::session s{o}; }, std::invalid_argument);
+    EXPECT_LT(steady::now() - t0, 1s);
+  }
+
+  struct bad_option {
+    const char* what;
+    std::function<void(zklock::session_options&)> apply;
+  };
+  const std::vector<bad_option> options = {
+      {"session_timeout 0", [](auto& o) { o.session_timeout = 0ms; }},
+      {"session_timeout -5 ms", [](auto& o) { o.session_timeout = -5ms; }},
+      {"session_timeout 25 h", [](auto& o) { o.session_timeout = 25h; }},
+      {"connect_timeout 0", [](auto& o) { o.connect_timeout = 0ms; }},
+      {"connect_timeout -1 ms", [](auto& o) { o.connect_timeout = -1ms; }},
+      {"empty auth scheme", [](auto& o) { o.auth = zklock::auth_info{"", "x"}; }},
+  };
+  for (const auto& b : options) {
+    SCOPED_TRACE(b.what);
+    auto o = zkt::options();
+    b.apply(o);
+    const auto t0 = steady::now();
+    EXPECT_THROW({ zklock::session s{o}; }, std::invalid_argument);
+    EXPECT_LT(steady::now() - t0, 1s);
+  }
+}
+
+TEST(SessionBadInput, NobodyListeningIsAConnectTimeout) {
+  auto o = zkt::options();
+  o.connect = "127.0.0.1:" + std::to_string(zkt::free_port());
+  o.connect_timeout = 300ms;
+  const auto t0 = steady::now();
+  expect_error([&] { zklock::session s{o}; }, zklock::errc::connect_timeout, o.connect);
+  EXPECT_LT(steady::now() - t0, 10s);
+}
+
+// ---- log routing ------------------------------------------------------------------------------------------------
+
+TEST(SessionLog, SilentByDefaultAndRoutedToAHandler) {
+  std::atomic<int> lines{0};
+  std::mutex mu;
+  std::vector<std::string> sample;
+  struct reset {
+    ~reset() { zklock::set_log_handler({}); }
+  } reset_at_exit;
+  zkt::default_client_log_level();  // INFO: the client has things to say at connect and close
+
+  zklock::set_log_handler({});
+  {
+    stderr_capture err;
+    {
+      zklock::session s{zkt::options()};
+      EXPECT_EQ(s.state(), session_state::connected);
+      s.close();
+    }
+    EXPECT_EQ(err.finish(), "");
+  }
+
+  zklock::set_log_handler([&](std::string_view line) {
+    ++lines;
+    std::lock_guard lk{mu};
+    if (sample.size() < 100) sample.emplace_back(line);
+  });
+  {
+    stderr_capture err;
+    {
+      zklock::session s{zkt::options()};
+      EXPECT_EQ(s.state(), session_state::connected);
+    }
+    EXPECT_EQ(err.finish(), "");
+  }
+  zklock::set_log_handler({});
+  EXPECT_GT(lines.load(), 0);
+  std::lock_guard lk{mu};
+  bool names_server = false;
+  for (const auto& l : sample) names_server = names_server || l.find(zkt::connect()) != std::string::npos;
+  EXPECT_TRUE(names_server) << "no line mentions " << zkt::connect();
+}
+
+// ---- close ---------------------------------------------------------------------------------------------------------
+
+TEST(SessionClose, ClosedSessionRefusesEverything) {
+  state_log log;
+  zklock::session s{zkt::options()};
+  s.add_state_listener(log.listener());
+  const auto path = zkt::unique_path("closed");
+  zklock::mutex held{s, path};
+  held.lock();
+  ASSERT_EQ(zkt::children(path).size(), 1u);
+
+  s.close();
+  EXPECT_EQ(s.state(), session_state::closed);
+  EXPECT_TRUE(s.wait_for(session_state::closed, 0ms));
+  EXPECT_TRUE(zkt::children(path).empty()) << "close() left the session's node";
+  EXPECT_EQ(log.states(), std::vector<session_state>{session_state::closed});
+
+  zklock::mutex m{s, zkt::unique_path("after-close")};
+  expect_error([&] { m.lock(); }, zklock::errc::session_closed, "lock() after close()");
+  expect_error([&] { (void)m.try_lock(); }, zklock::errc::session_closed, "try_lock() after close()");
+  expect_error([&] { s.reestablish(); }, zklock::errc::session_closed, "reestablish() after close()");
+
+  s.close();  // twice is fine
+  EXPECT_EQ(s.state(), session_state::closed);
+  EXPECT_EQ(log.states(), std::vector<session_state>{session_state::closed});
+  held.unlock();  // nothing left to delete; must not throw
+}
+
+}  // namespace
+

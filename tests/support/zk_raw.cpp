@@ -5,11 +5,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,7 +31,7 @@ zhandle_t* open_handle(const clientid_t* id = nullptr) {
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   zhandle_t* zh = zookeeper_init2(connect().c_str(), nullptr, 10000, id, nullptr, 0, &quiet_log);
   if (!zh) throw std::runtime_error("zookeeper_init2 failed");
-  for (int i = 0; i < 300 && zoo_state(zh) != ZOO_CONNECTED_STATE; ++i)
+  for (int i = 0; i < 300 && zoo_state(zh) != ZOO_CONNECTED_STATE && zoo_state(zh) != ZOO_EXPIRED_SESSION_STATE; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds{10});  // polling a C handle's state
   return zh;
 }
@@ -79,22 +83,49 @@ void create_path(const std::string& path) {
 }
 
 bool expire(zklock::session& s, std::chrono::milliseconds limit) {
+  // A listener notices the expiry even if the session is re-established right after it.
+  struct seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool expired = false;
+  };
+  auto flag = std::make_shared<seen>();
+  const auto listener = s.add_state_listener([flag](zklock::session_state st) {
+    // closed: a listener added before this one closed the session on expiry (then the others
+    // are not told of the expiry).
+    if (st != zklock::session_state::expired && st != zklock::session_state::closed) return;
+    {
+      std::lock_guard lk{flag->mu};
+      flag->expired = true;
+    }
+    flag->cv.notify_all();
+  });
   const auto gen = s.generation();
+  auto done = [&] {
+    std::lock_guard lk{flag->mu};
+    const auto st = s.state();
+    return flag->expired || s.generation() != gen || st == zklock::session_state::expired ||
+           st == zklock::session_state::closed;
+  };
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
+  bool ok = done();
+  while (!ok && std::chrono::steady_clock::now() < deadline) {
     clientid_t id{};
     id.client_id = s.id();
     const std::string pw = zklock::detail::session_password(s);
+    // Read both from the session being expired: a re-established one must not be hit instead.
+    if ((ok = done())) break;
     std::memcpy(id.passwd, pw.data(), std::min(pw.size(), sizeof id.passwd));
     zhandle_t* zh = open_handle(&id);
     zookeeper_close(zh);
     // The original handle may win the session back (it reconnects within milliseconds): retry.
-    for (int i = 0; i < 100; ++i) {
-      if (s.generation() != gen || s.state() == zklock::session_state::expired) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds{10});
-    }
+    std::unique_lock lk{flag->mu};
+    flag->cv.wait_for(lk, std::chrono::seconds{1}, [&] { return flag->expired; });
+    lk.unlock();
+    ok = done();
   }
-  return false;
+  s.remove_state_listener(listener);
+  return ok;
 }
 
 std::string four_letter(std::string_view word) {
@@ -123,6 +154,114 @@ zklock::session_options options(std::chrono::milliseconds session_timeout) {
   o.session_timeout = session_timeout;
   o.connect_timeout = std::chrono::seconds{15};
   return o;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("free_port: socket failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("free_port: bind failed");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+void default_client_log_level() { zoo_set_debug_level(ZOO_LOG_LEVEL_INFO); }
+
+// ---- digest_client ---------------------------------------------------------------------------------
+
+struct digest_client::impl {
+  zhandle_t* zh = nullptr;
+};
+
+namespace {
+struct auth_reply {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = 0;
+};
+
+extern "C" void auth_done(int rc, const void* data) {
+  auto* p = static_cast<std::shared_ptr<auth_reply>*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{(*p)->mu};
+    (*p)->done = true;
+    (*p)->rc = rc;
+  }
+  (*p)->cv.notify_all();
+  delete p;
+}
+}  // namespace
+
+digest_client::digest_client(std::string_view user, std::string_view password) : p_(std::make_unique<impl>()) {
+  p_->zh = open_handle();
+  if (zoo_state(p_->zh) != ZOO_CONNECTED_STATE) {
+    zookeeper_close(p_->zh);
+    throw std::runtime_error("digest_client: not connected");
+  }
+  const std::string cred = std::string{user} + ":" + std::string{password};
+  auto reply = std::make_shared<auth_reply>();
+  auto* held = new std::shared_ptr<auth_reply>(reply);  // freed by auth_done
+  int rc = zoo_add_auth(p_->zh, "digest", cred.data(), static_cast<int>(cred.size()), &auth_done, held);
+  if (rc == ZOK) {
+    std::unique_lock lk{reply->mu};
+    if (!reply->cv.wait_for(lk, std::chrono::seconds{10}, [&] { return reply->done; }))
+      rc = ZOPERATIONTIMEOUT;
+    else
+      rc = reply->rc;
+  } else {
+    delete held;
+  }
+  if (rc != ZOK) {
+    zookeeper_close(p_->zh);  // runs any completion still pending
+    throw std::runtime_error("digest_client: addauth failed: " + std::to_string(rc));
+  }
+}
+
+digest_client::~digest_client() { zookeeper_close(p_->zh); }
+
+int digest_client::create_private(const std::string& path) {
+  return zoo_create(p_->zh, path.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, 0, nullptr, 0);
+}
+
+std::optional<std::vector<std::string>> digest_client::children(const std::string& path) {
+  String_vector kids{};
+  if (zoo_get_children(p_->zh, path.c_str(), 0, &kids) != ZOK) return std::nullopt;
+  std::vector<std::string> out;
+  for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
+  deallocate_String_vector(&kids);
+  return out;
+}
+
+void digest_client::remove_tree(const std::string& path) {
+  if (auto kids = children(path))
+    for (const auto& k : *kids) remove_tree(path + "/" + k);
+  zoo_delete(p_->zh, path.c_str(), -1);
+}
+
+}  // namespace zkt
+
+namespace zkt {
+
+node_stat stat_node(const std::string& path) {
+  node_stat out;
+  char buf[4096];
+  int len = sizeof buf;
+  struct Stat st {};
+  if (zoo_get(observer(), path.c_str(), 0, buf, &len, &st) != ZOK) return out;
+  out.exists = true;
+  if (len > 0) out.data.assign(buf, static_cast<std::size_t>(len));
+  out.czxid = st.czxid;
+  out.ephemeral_owner = st.ephemeralOwner;
+  return out;
 }
 
 }  // namespace zkt

@@ -4,6 +4,8 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,7 +30,8 @@ bool exists(const std::string& path);
 void create_path(const std::string& path);
 
 /// Effects: ends `s`'s session on the server (second handle with the same id and password, then
-/// close), retrying until `s` has seen the expiry. Returns: whether it worked within `limit`.
+/// close), retrying until `s` has seen the expiry (or was closed, e.g. by a listener on the expiry).
+/// Returns: whether it worked within `limit`.
 bool expire(zklock::session& s, std::chrono::milliseconds limit = std::chrono::seconds{30});
 
 /// Returns: the answer of a four-letter word, e.g. "wchp".
@@ -36,5 +39,52 @@ std::string four_letter(std::string_view word);
 
 /// Returns: session options for tests: ZKLOCK_TEST_ZK, short timeouts.
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
+
+/// Returns: a TCP port on 127.0.0.1 where nothing listens (bound once to port 0, then released).
+int free_port();
+
+/// Effects: puts the C client's global log level back to its default, INFO (the raw handles of
+/// these helpers lower it to ERROR).
+void default_client_log_level();
+
+/// A raw C-client handle authenticated as digest `user:password`: sets up and inspects nodes that
+/// the unauthenticated helpers above cannot read.
+class digest_client {
+ public:
+  /// Effects: connects and sends the credentials. Throws: std::runtime_error on failure.
+  digest_client(std::string_view user, std::string_view password);
+  ~digest_client();
+  digest_client(const digest_client&) = delete;
+  digest_client& operator=(const digest_client&) = delete;
+
+  /// Effects: creates the persistent node `path` with ZOO_CREATOR_ALL_ACL (only this user may do
+  /// anything with it). Returns: the C client's return code (0 = ZOK).
+  int create_private(const std::string& path);
+
+  /// Returns: the children of `path`, or nullopt if the call failed (missing node, no permission).
+  std::optional<std::vector<std::string>> children(const std::string& path);
+
+  /// Effects: deletes `path` and everything under it (best effort).
+  void remove_tree(const std::string& path);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace zkt
+
+namespace zkt {
+
+/// A node as the server stores it (raw view, bypassing zklock).
+struct node_stat {
+  bool exists = false;
+  std::string data;               ///< up to 4 KiB of the node's data
+  std::int64_t czxid = 0;         ///< creation zxid
+  std::int64_t ephemeral_owner = 0;
+};
+
+/// Returns: `path`'s data and stat (exists == false if the node is missing).
+node_stat stat_node(const std::string& path);
 
 }  // namespace zkt
