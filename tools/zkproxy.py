@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Controllable TCP proxy on 127.0.0.1 for partition tests (stdlib only).
+
+    zkproxy.py --listen PORT --target HOST:PORT --ctrl PORT --ready-file FILE [--owner PID]
+
+PORT 0 lets the kernel choose.  Once both sockets listen, "LISTEN_PORT CTRL_PORT" is written
+(atomically) to FILE.
+
+Control port: send one command per line, each is answered by one line "ok <state>":
+  cut        close every current connection; new connections are accepted and dropped at once
+  blackhole  silent partition: connections stay open but no byte is forwarded in either
+             direction; new connections are accepted but not connected/forwarded.  Data that
+             arrives meanwhile is held back (like unacknowledged TCP segments), not lost.
+  heal       forward normally again (held connections resume, new ones are forwarded)
+  status     report the state
+States: normal, cut, blackhole.  An unknown command gets "error unknown command <cmd>".
+
+Exits on SIGTERM/SIGINT, or when process --owner PID is gone.
+"""
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+CHUNK = 65536
+
+
+class Proxy:
+    def __init__(self, target_host, target_port):
+        self.target_host = target_host
+        self.target_port = target_port
+        self.state = "normal"
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.tasks = set()       # one handler task per client connection
+        self.writers = {}        # task -> list of StreamWriters to abort on cut
+
+    # -- control ---------------------------------------------------------------------------
+    def set_state(self, state):
+        self.state = state
+        if state == "normal":
+            self.flowing.set()
+        else:
+            self.flowing.clear()
+        if state == "cut":
+            self.drop_all()
+
+    def drop_all(self):
+        for task in list(self.tasks):
+            for w in self.writers.get(task, []):
+                abort(w)
+            task.cancel()
+
+    # -- data path -------------------------------------------------------------------------
+    async def handle_client(self, creader, cwriter):
+        if self.state == "cut":
+            abort(cwriter)
+            return
+        task = asyncio.current_task()
+        self.tasks.add(task)
+        self.writers[task] = [cwriter]
+        try:
+            await self.flowing.wait()   # blackhole: hold new connections unconnected
+            try:
+                sreader, swriter = await asyncio.wait_for(
+                    asyncio.open_connection(self.target_host, self.target_port), 10)
+            except (OSError, asyncio.TimeoutError):
+                return
+            self.writers[task].append(swriter)
+            if self.state == "cut":
+                return
+            up = asyncio.ensure_future(self.pump(creader, swriter))
+            down = asyncio.ensure_future(self.pump(sreader, cwriter))
+            try:
+                await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                up.cancel()
+                down.cancel()
+                await asyncio.gather(up, down, return_exceptions=True)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for w in self.writers.pop(task, []):
+                abort(w)
+            self.tasks.discard(task)
+
+    async def pump(self, reader, writer):
+        try:
+            while True:
+                await self.flowing.wait()
+                data = await reader.read(CHUNK)
+                if not data:
+                    return
+                await self.flowing.wait()   # hold the chunk while blackholed
+                writer.write(data)
+                await writer.drain()
+        except (OSError, ConnectionError):
+            return
+
+    async def handle_ctrl(self, reader, writer):
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                cmd = line.decode("ascii", "replace").strip().lower()
+                if not cmd:
+                    continue
+                if cmd in ("cut", "blackhole", "heal"):
+                    self.set_state("normal" if cmd == "heal" else cmd)
+                    reply = "ok %s\n" % self.state
+                elif cmd == "status":
+                    reply = "ok %s\n" % self.state
+                else:
+                    reply = "error unknown command %s\n" % cmd
+                writer.write(reply.encode())
+                await writer.drain()
+        except (OSError, ConnectionError, ValueError):
+            pass
+        finally:
+            abort(writer)
+
+
+def abort(writer):
+    try:
+        writer.transport.abort()
+    except Exception:
+        pass
+
+
+def owner_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return rest[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+async def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--listen", type=int, required=True, help="listen port (0 = free port)")
+    ap.add_argument("--target", required=True, help="HOST:PORT to forward to")
+    ap.add_argument("--ctrl", type=int, required=True, help="control port (0 = free port)")
+    ap.add_argument("--ready-file", required=True, help="gets 'LISTEN_PORT CTRL_PORT' when ready")
+    ap.add_argument("--owner", type=int, default=0, help="exit when this pid is gone")
+    args = ap.parse_args()
+
+    host, sep, port = args.target.rpartition(":")
+    if not sep or not port.isdigit():
+        ap.error("--target must be HOST:PORT")
+    proxy = Proxy(host or "127.0.0.1", int(port))
+
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, done.set)
+
+    server = await asyncio.start_server(proxy.handle_client, "127.0.0.1", args.listen,
+                                        reuse_address=True, backlog=128)
+    ctrl = await asyncio.start_server(proxy.handle_ctrl, "127.0.0.1", args.ctrl,
+                                      reuse_address=True)
+    lport = server.sockets[0].getsockname()[1]
+    cport = ctrl.sockets[0].getsockname()[1]
+    tmp = "%s.tmp.%d" % (args.ready_file, os.getpid())
+    with open(tmp, "w") as f:
+        f.write("%d %d\n" % (lport, cport))
+    os.replace(tmp, args.ready_file)
+
+    async def watch_owner():
+        while owner_alive(args.owner):
+            await asyncio.sleep(0.5)
+        done.set()
+
+    watcher = asyncio.ensure_future(watch_owner()) if args.owner > 0 else None
+    await done.wait()
+    if watcher:
+        watcher.cancel()
+    server.close()
+    ctrl.close()
+    proxy.drop_all()
+    await asyncio.sleep(0)
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
