@@ -59,6 +59,20 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
   if (!node) return std::nullopt;
   const std::string self = node->path.substr(lock_path.size() + 1);
 
+  // A closed session fires no watch: its "closed" state listener wakes the waiter instead.
+  struct close_wake {
+    std::mutex mu;
+    std::weak_ptr<wake_target> target;  // the current waiter
+    void wake() noexcept {
+      std::shared_ptr<wake_target> t;
+      {
+        std::lock_guard lk{mu};
+        t = target.lock();
+      }
+      if (t) t->wake();
+    }
+  };
+
   // Everything below either returns the node held, or undoes the attempt.
   struct attempt {
     attempt(session& s_, std::optional<held_node>& n_) : s(s_), node(n_) {}
@@ -69,11 +83,25 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     std::string watched;  // path with a live watch of ours, if any
     bool watched_children = false;
     bool keep = false;
+    std::shared_ptr<close_wake> on_close;
+    std::uint64_t listener = 0;
+    /// Before arming a watch: a close from now on wakes the current waiter.
+    void follow_close() {
+      if (!on_close) {
+        on_close = std::make_shared<close_wake>();
+        listener = s.add_state_listener([c = on_close](session_state st) {
+          if (st == session_state::closed) c->wake();
+        });
+      }
+      std::lock_guard lk{on_close->mu};
+      on_close->target = waiter;
+    }
     void forget_watch() {
       if (!watched.empty()) drop_watch(s, watched, watched_children, watch_id);
       watched.clear();
     }
     ~attempt() {
+      if (listener) s.remove_state_listener(listener);
       watch_unregister(watch_id);
       if (!keep) {
         forget_watch();
@@ -111,6 +139,7 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       } else {
         at.waiter->reset();
       }
+      at.follow_close();
       if (Watch::kind == watch_kind::children || v.what == verdict::watch::any_change) {
         at.watched = lock_path;
         at.watched_children = true;
@@ -203,6 +232,13 @@ class hold_book {
     return it->second.node;
   }
 
+  /// Returns: whether the caller holds `path`.
+  bool holds_node(const std::string& path) const noexcept {
+    std::lock_guard lk{mu_};
+    auto it = holds_.find(owner());
+    return it != holds_.end() && !it->second.acquiring && it->second.node.path == path;
+  }
+
   /// Returns: how often the caller holds (0 if not).
   std::size_t count() const noexcept {
     std::lock_guard lk{mu_};
@@ -241,6 +277,7 @@ class lock_side {
  public:
   lock_side(session& s, const std::string& path) : s_(s), path_(path) {}
   ~lock_side() {
+    // A node both sides hold (downgrade) is deleted twice: the second delete finds nothing.
     for (auto& n : book_.take_all()) release_node(s_, n);
   }
 
@@ -261,9 +298,26 @@ class lock_side {
     return ok;
   }
 
+  /// Effects: gives the caller a hold on `n`, a node it holds through another side (a downgrade
+  /// shares the write node with the read side). Returns: false if `deadline` passed meanwhile.
+  bool adopt(const held_node& n, clock::time_point deadline) {
+    const auto st = book_.begin(deadline);
+    if (!st) return false;
+    if (*st == hold_book<R>::start::acquire) book_.finish(n);
+    return true;
+  }
+
   void release() noexcept {
     if (auto n = book_.end()) release_node(s_, *n);
   }
+
+  /// Effects: as release(), but keeps the node while the caller still holds it through `other`.
+  void release_unless_held_by(const lock_side& other) noexcept {
+    if (auto n = book_.end(); n && !other.book_.holds_node(n->path)) release_node(s_, *n);
+  }
+
+  /// Returns: the caller's held node, if any.
+  std::optional<held_node> held_node_of_caller() const { return book_.held(); }
 
   std::int64_t fencing_token() const {
     const auto n = book_.held();
@@ -359,8 +413,10 @@ class basic_mutex {
 };
 
 /// A fair read/write lock: std::unique_lock takes the write side, std::shared_lock the read side.
-/// The write holder may also take the read side (downgrade: lock_shared(), then unlock()); a reader
-/// asking for the write side gets resource_deadlock_would_occur instead of waiting forever.
+/// The write holder may also take the read side (downgrade: lock_shared(), then unlock()): the read
+/// hold shares the write node, so no writer queued meanwhile gets in before unlock_shared() (nor do
+/// readers queued behind it). A reader asking for the write side gets
+/// resource_deadlock_would_occur instead of waiting forever.
 /// Nodes are named like Curator's InterProcessReadWriteLock (__READ__ / __WRIT__).
 template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
           ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever>
@@ -396,7 +452,7 @@ class basic_shared_mutex {
     return try_lock_for(t - Clock::now());
   }
   /// Effects: releases the caller's write hold. Never throws.
-  void unlock() noexcept { write_.release(); }
+  void unlock() noexcept { write_.release_unless_held_by(read_); }
 
   /// Effects: blocks until the caller holds the read side. Throws: as lock().
   void lock_shared() {
@@ -416,7 +472,7 @@ class basic_shared_mutex {
     return try_lock_shared_for(t - Clock::now());
   }
   /// Effects: releases the caller's read hold. Never throws.
-  void unlock_shared() noexcept { read_.release(); }
+  void unlock_shared() noexcept { read_.release_unless_held_by(write_); }
 
   /// Returns: the fencing token of the caller's write hold. Throws: errc::not_held.
   std::int64_t fencing_token() const { return write_.fencing_token(); }
@@ -435,7 +491,9 @@ class basic_shared_mutex {
     return write_.acquire(detail::write_rule{}, d);
   }
   bool try_lock_shared_until_impl(detail::clock::time_point d) {
-    return read_.acquire(detail::read_rule{write_.held()}, d);
+    // Downgrade: a new read node would queue behind writers that came after ours; share ours.
+    if (const auto w = write_.held_node_of_caller()) return read_.adopt(*w, d);
+    return read_.acquire(detail::read_rule{}, d);
   }
   std::string path_;
   detail::lock_side<W, K, R> write_;

@@ -1,2 +1,240 @@
 // SPDX-License-Identifier: Apache-2.0
+// The counting semaphore: at most N holders and N reached, leases freed out of order go to the
+// next in line, the lease count lives on the node and must match, bad counts and releases are
+// refused — for every watch strategy x wake-up combination where waiting is involved.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 #include "zk_test.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class W, class K>
+struct combo {
+  using semaphore = zklock::basic_counting_semaphore<W, K>;
+};
+using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
+                                combo<zklock::watch_predecessor, zklock::wake_latch>,
+                                combo<zklock::watch_children, zklock::wake_condition_variable>,
+                                combo<zklock::watch_children, zklock::wake_latch>>;
+
+template <class C>
+class Semaphore : public ::testing::Test {};
+TYPED_TEST_SUITE(Semaphore, combos);
+
+/// Polls until `path` has `n` children. Returns: whether it happened within 30 s.
+bool await_children(const std::string& path, std::size_t n) {
+  const auto limit = std::chrono::steady_clock::now() + 30s;
+  while (zkt::children(path).size() != n) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+/// Returns: the code of the std::system_error `f` throws (a default code if it throws none).
+template <class F>
+std::error_code code_of(F&& f) {
+  try {
+    f();
+  } catch (const std::system_error& e) {
+    return e.code();
+  }
+  return {};
+}
+
+// N = 3, 12 threads with their own sessions and objects: never more than 3 holders, and 3 reached.
+TYPED_TEST(Semaphore, NeverMoreThanNHoldersAndNReached) {
+  const auto path = zkt::unique_path("sem-load");
+  constexpr int n = 3, threads = 12, rounds = 4;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int i = 0; i < threads; ++i) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  std::atomic<int> current{0}, max_seen{0}, grants{0};
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        typename TypeParam::semaphore sem{*sessions[static_cast<std::size_t>(t)], path, n};
+        for (int i = 0; i < rounds; ++i) {
+          sem.acquire();
+          ++grants;
+          const int now = ++current;
+          int seen = max_seen.load();
+          while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {}
+          // The work under the lease: until N holders were seen together, or 50 ms at most.
+          const auto until = std::chrono::steady_clock::now() + 50ms;
+          while (max_seen.load() < n && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(100us);
+          --current;
+          sem.release();
+        }
+        EXPECT_EQ(sem.held_leases(), 0);
+      });
+    }
+  }
+  EXPECT_EQ(grants.load(), threads * rounds);
+  EXPECT_EQ(max_seen.load(), n);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// N = 2: A and B hold, C and D queue. B (the second) releases: C gets its lease while A still
+// holds; D gets one only when A releases.
+TYPED_TEST(Semaphore, OutOfOrderRelease) {
+  const auto path = zkt::unique_path("sem-order");
+  zklock::session sa{zkt::options()}, sb{zkt::options()}, sc{zkt::options()}, sd{zkt::options()};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool c_done = false, d_done = false;
+  bool c_got = false, d_got = false;
+  std::atomic<bool> a_released{false}, d_early{false};
+  std::jthread tc, td;  // declared before the holders: an early return releases them, then joins
+  typename TypeParam::semaphore a{sa, path, 2};
+  typename TypeParam::semaphore b{sb, path, 2};
+  ASSERT_TRUE(a.try_acquire_for(30s));
+  ASSERT_TRUE(b.try_acquire_for(30s));
+  ASSERT_EQ(zkt::children(path).size(), 2u);
+
+  tc = std::jthread([&] {
+    typename TypeParam::semaphore c{sc, path, 2};
+    const bool got = c.try_acquire_for(30s);
+    {
+      std::lock_guard lk{mu};
+      c_got = got;
+      c_done = true;
+    }
+    cv.notify_all();
+    std::unique_lock lk{mu};
+    cv.wait_for(lk, 60s, [&] { return d_done; });  // keep the lease until D is through
+  });
+  ASSERT_TRUE(await_children(path, 3));
+  td = std::jthread([&] {
+    typename TypeParam::semaphore d{sd, path, 2};
+    const bool got = d.try_acquire_for(30s);
+    d_early = !a_released.load();
+    {
+      std::lock_guard lk{mu};
+      d_got = got;
+      d_done = true;
+    }
+    cv.notify_all();
+  });
+  ASSERT_TRUE(await_children(path, 4));
+
+  b.release();  // the second lease: C moves up although A (the first) still holds
+  {
+    std::unique_lock lk{mu};
+    EXPECT_TRUE(cv.wait_for(lk, 30s, [&] { return c_done; }));
+    EXPECT_TRUE(c_got) << "C did not get the lease B released";
+    EXPECT_FALSE(d_done) << "D got a lease while A and C held both";
+  }
+  EXPECT_EQ(a.held_leases(), 1);
+  EXPECT_EQ(zkt::children(path).size(), 3u);  // A, C, and D still queued
+
+  a_released = true;
+  a.release();
+  {
+    std::unique_lock lk{mu};
+    EXPECT_TRUE(cv.wait_for(lk, 30s, [&] { return d_done; }));
+    EXPECT_TRUE(d_got);
+  }
+  EXPECT_FALSE(d_early.load()) << "D got a lease before A released";
+  td.join();
+  tc.join();
+  EXPECT_TRUE(await_children(path, 0));
+}
+
+// A timed-out try_acquire_for and a failed try_acquire leave no node behind.
+TYPED_TEST(Semaphore, FailedAttemptsLeaveNoNode) {
+  const auto path = zkt::unique_path("sem-timeout");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  typename TypeParam::semaphore holder{s1, path, 1};
+  typename TypeParam::semaphore other{s2, path, 1};
+  holder.acquire();
+  const auto held = zkt::children(path);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_FALSE(other.try_acquire_for(200ms));
+  EXPECT_EQ(zkt::children(path), held);
+  EXPECT_FALSE(other.try_acquire());
+  EXPECT_EQ(zkt::children(path), held);
+  EXPECT_EQ(other.held_leases(), 0);
+  holder.release();
+  EXPECT_TRUE(other.try_acquire_for(30s));
+  other.release();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// One object may hold several leases; release() returns them one at a time.
+TYPED_TEST(Semaphore, OneObjectSeveralLeases) {
+  const auto path = zkt::unique_path("sem-several");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  typename TypeParam::semaphore sem{s1, path, 2};
+  typename TypeParam::semaphore other{s2, path, 2};
+  sem.acquire();
+  sem.acquire();
+  EXPECT_EQ(sem.held_leases(), 2);
+  EXPECT_EQ(zkt::children(path).size(), 2u);
+  EXPECT_FALSE(other.try_acquire());
+  sem.release();
+  EXPECT_EQ(sem.held_leases(), 1);
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  EXPECT_TRUE(other.try_acquire_for(30s));
+  other.release();
+  sem.release();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// The lease count is stored on the semaphore node; opening it with another count is refused.
+TEST(SemaphoreNode, StoresLeaseCountAndRefusesAnother) {
+  const auto path = zkt::unique_path("sem-count");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore sem{s1, path, 3};
+  EXPECT_EQ(sem.leases(), 3);
+  const auto node = zkt::stat_node(path);
+  ASSERT_TRUE(node.exists);
+  EXPECT_EQ(node.ephemeral_owner, 0) << "the semaphore node must outlive its sessions";
+  // The stored count, whatever the text around it.
+  std::string digits;
+  for (char c : node.data)
+    if (c >= '0' && c <= '9') digits += c;
+  EXPECT_EQ(digits, "3") << "stored: \"" << node.data << "\"";
+
+  const auto mismatch = std::error_code{zklock::errc::lease_count_mismatch};
+  EXPECT_EQ(code_of([&] { zklock::counting_semaphore other{s2, path, 2}; }), mismatch);
+  EXPECT_EQ(code_of([&] { zklock::counting_semaphore other{s1, path, 4}; }), mismatch);
+  EXPECT_EQ(code_of([&] { zklock::counting_semaphore same{s2, path, 3}; }), std::error_code{});
+  EXPECT_EQ(zkt::stat_node(path).data, node.data);  // a refused open changes nothing
+}
+
+// 0 or negative leases: std::invalid_argument, before anything is created.
+TEST(SemaphoreNode, NonPositiveLeaseCountIsInvalid) {
+  const auto path = zkt::unique_path("sem-invalid");
+  zklock::session s{zkt::options()};
+  EXPECT_THROW(zklock::counting_semaphore(s, path, 0), std::invalid_argument);
+  EXPECT_THROW(zklock::counting_semaphore(s, path, -1), std::invalid_argument);
+  EXPECT_FALSE(zkt::exists(path));
+}
+
+// release() without a lease: errc::not_held; also after the last lease was returned.
+TEST(SemaphoreNode, ReleaseWithoutLeaseIsNotHeld) {
+  const auto path = zkt::unique_path("sem-not-held");
+  zklock::session s{zkt::options()};
+  zklock::counting_semaphore sem{s, path, 2};
+  const auto not_held = std::error_code{zklock::errc::not_held};
+  EXPECT_EQ(code_of([&] { sem.release(); }), not_held);
+  sem.acquire();
+  sem.release();
+  EXPECT_EQ(code_of([&] { sem.release(); }), not_held);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+}  // namespace
