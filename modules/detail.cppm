@@ -60,18 +60,16 @@ std::string contender_prefix(contender_kind k);
 
 // ---- waking a waiter from a watch ------------------------------------------------------------
 
-/// Something a watch wakes. The C client may call a node watcher again on every session event,
-/// long after the waiter gave up, so watches carry only a registry id, never a pointer.
+/// Something a watch wakes. Waiters on one (path, kind) of a session share one watch group: one
+/// C-client watcher and one server watch, whose context is a registry id, never a pointer (the
+/// C client may call a watcher again on every session event, long after its waiter gave up). A
+/// group wakes its live waiters when it fires, when the session expires, and when the handle is
+/// closed. The last waiter to leave removes the watch from the server.
 class wake_target {
  public:
   virtual ~wake_target() = default;
   virtual void wake() noexcept = 0;
 };
-
-/// Returns: an id for a watch that wakes `t` while `t` is alive.
-std::uint64_t watch_register(std::weak_ptr<wake_target> t);
-/// Effects: later firings of watch `id` do nothing.
-void watch_unregister(std::uint64_t id) noexcept;
 
 // ---- the ZooKeeper operations of the one algorithm --------------------------------------------
 // They wait through connection loss until `deadline`, and throw std::system_error (zklock
@@ -93,21 +91,24 @@ std::optional<held_node> create_contender(session& s, const std::string& lock_pa
                                           const std::string& prefix, std::string_view data,
                                           clock::time_point deadline);
 
-/// Returns: the children of `path` (arming a children watch that wakes `watch_id` if non-zero),
-/// or nullopt if `deadline` passed.
+/// Returns: the children of `path` (arming a children watch that wakes `watcher`, if given), or
+/// nullopt if `deadline` passed.
 std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,
-                                                      std::uint64_t watch_id, clock::time_point deadline);
+                                                      const std::shared_ptr<wake_target>& watcher,
+                                                      clock::time_point deadline);
 
 /// What an exists-watch found.
 enum class node_seen { gone, present, modified };
 
-/// Effects: arms an exists watch on `path` waking `watch_id`. Returns: whether the node is gone,
-/// present, or present and modified since creation; nullopt if `deadline` passed.
-std::optional<node_seen> watch_node(session& s, const std::string& path, std::uint64_t watch_id,
+/// Effects: arms a data watch on `path` waking `watcher` (none if the node is missing).
+/// Returns: whether the node is gone, present, or present and modified since creation; nullopt if
+/// `deadline` passed.
+std::optional<node_seen> watch_node(session& s, const std::string& path, const std::shared_ptr<wake_target>& watcher,
                                     clock::time_point deadline);
 
-/// Effects: removes our watch `watch_id` on `path` from the server and the client (best effort).
-void drop_watch(session& s, const std::string& path, bool children, std::uint64_t watch_id) noexcept;
+/// Effects: `watcher` stops waiting on its watch of `path`; if it was the group's last waiter, the
+/// watch is removed from the server and the client. Never throws.
+void drop_watch(session& s, const std::string& path, bool children, const wake_target* watcher) noexcept;
 
 /// Effects: bumps the data version of `path` (best effort) so that an exists watch on it fires.
 void touch_node(session& s, const std::string& path) noexcept;

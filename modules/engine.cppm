@@ -59,50 +59,20 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
   if (!node) return std::nullopt;
   const std::string self = node->path.substr(lock_path.size() + 1);
 
-  // A closed session fires no watch: its "closed" state listener wakes the waiter instead.
-  struct close_wake {
-    std::mutex mu;
-    std::weak_ptr<wake_target> target;  // the current waiter
-    void wake() noexcept {
-      std::shared_ptr<wake_target> t;
-      {
-        std::lock_guard lk{mu};
-        t = target.lock();
-      }
-      if (t) t->wake();
-    }
-  };
-
   // Everything below either returns the node held, or undoes the attempt.
   struct attempt {
     attempt(session& s_, std::optional<held_node>& n_) : s(s_), node(n_) {}
     session& s;
     std::optional<held_node>& node;
     std::shared_ptr<typename Wakeup::waiter> waiter = std::make_shared<typename Wakeup::waiter>();
-    std::uint64_t watch_id = watch_register(waiter);
-    std::string watched;  // path with a live watch of ours, if any
+    std::string watched;  // path with a watch of ours that has not fired, if any
     bool watched_children = false;
     bool keep = false;
-    std::shared_ptr<close_wake> on_close;
-    std::uint64_t listener = 0;
-    /// Before arming a watch: a close from now on wakes the current waiter.
-    void follow_close() {
-      if (!on_close) {
-        on_close = std::make_shared<close_wake>();
-        listener = s.add_state_listener([c = on_close](session_state st) {
-          if (st == session_state::closed) c->wake();
-        });
-      }
-      std::lock_guard lk{on_close->mu};
-      on_close->target = waiter;
-    }
-    void forget_watch() {
-      if (!watched.empty()) drop_watch(s, watched, watched_children, watch_id);
+    void forget_watch() noexcept {
+      if (!watched.empty()) drop_watch(s, watched, watched_children, waiter.get());
       watched.clear();
     }
     ~attempt() {
-      if (listener) s.remove_state_listener(listener);
-      watch_unregister(watch_id);
       if (!keep) {
         forget_watch();
         release_node(s, *node);
@@ -110,7 +80,7 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     }
   } at(s, node);
 
-  auto listing = list_children(s, lock_path, 0, deadline);
+  auto listing = list_children(s, lock_path, nullptr, deadline);
   bool waits = false;  // the listing came with a watch: wait before listing again
   for (;;) {
     if (!listing) return std::nullopt;  // deadline
@@ -126,42 +96,40 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     const verdict v = rule(queue, me);
     if (v.held) {
       if (v.poke_successor) touch_node(s, node->path);
-      at.keep = true;
+      at.keep = true;  // a children watch left armed fires once, harmlessly, at the next change
       return node;
     }
     if (clock::now() >= deadline) return std::nullopt;
 
     if (!waits) {  // arm a watch
+      at.forget_watch();  // one watch per attempt at a time
       if constexpr (Wakeup::fresh_per_wait) {
-        watch_unregister(at.watch_id);
         at.waiter = std::make_shared<typename Wakeup::waiter>();
-        at.watch_id = watch_register(at.waiter);
       } else {
         at.waiter->reset();
       }
-      at.follow_close();
       if (Watch::kind == watch_kind::children || v.what == verdict::watch::any_change) {
         at.watched = lock_path;
         at.watched_children = true;
-        listing = list_children(s, lock_path, at.watch_id, deadline);  // evaluated before waiting
+        listing = list_children(s, lock_path, at.waiter, deadline);  // evaluated before waiting
         waits = true;
         continue;
       }
       const std::string target = lock_path + "/" + queue[v.index].name;
       at.watched = target;
       at.watched_children = false;
-      const auto seen = watch_node(s, target, at.watch_id, deadline);
+      const auto seen = watch_node(s, target, at.waiter, deadline);
       if (!seen) return std::nullopt;
-      if (*seen != node_seen::present) {  // already gone (no watch left) or granted meanwhile
+      if (*seen != node_seen::present) {  // already gone (no watch set) or granted meanwhile
         if (*seen == node_seen::gone) at.watched.clear();
-        listing = list_children(s, lock_path, 0, deadline);
+        listing = list_children(s, lock_path, nullptr, deadline);
         continue;
       }
     }
     if (!at.waiter->wait_until(deadline)) return std::nullopt;
-    at.watched.clear();  // it fired
+    at.watched.clear();  // it fired (or the session ended)
     waits = false;
-    listing = list_children(s, lock_path, 0, deadline);
+    listing = list_children(s, lock_path, nullptr, deadline);
   }
 }
 

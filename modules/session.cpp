@@ -12,6 +12,7 @@ module;
 #include <cstring>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -140,39 +141,82 @@ void set_log_handler(log_handler h) {
 
 namespace detail {
 
-// ---- watch registry ----------------------------------------------------------------------------
+// ---- watch groups ----------------------------------------------------------------------------
+
+struct session_impl;
 
 namespace {
+
+/// Waiters of one session on one (path, kind): one C-client watcher, one server watch.
+struct watch_group {
+  const session_impl* owner;
+  std::string path;
+  bool children;
+  std::vector<std::weak_ptr<wake_target>> waiters;
+};
+
+// One lock for every session's groups: held only for bookkeeping and to queue (not wait for) a
+// request, so the ZooKeeper event thread never waits long on it.
 std::mutex g_watch_mu;
-std::unordered_map<std::uint64_t, std::weak_ptr<wake_target>> g_watches;
-std::uint64_t g_next_watch = 1;
+std::unordered_map<std::uint64_t, watch_group> g_groups;  // by id = the watcher's context
+std::map<std::tuple<const session_impl*, std::string, bool>, std::uint64_t> g_open;  // armed groups
+std::uint64_t g_next_group = 1;
+
+void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+
+/// Effects: forgets group `id` (g_watch_mu held). Returns: its live waiters, to wake.
+std::vector<std::shared_ptr<wake_target>> take_group(std::uint64_t id) {
+  std::vector<std::shared_ptr<wake_target>> out;
+  auto it = g_groups.find(id);
+  if (it == g_groups.end()) return out;
+  for (auto& w : it->second.waiters)
+    if (auto t = w.lock()) out.push_back(std::move(t));
+  g_open.erase({it->second.owner, it->second.path, it->second.children});
+  g_groups.erase(it);
+  return out;
+}
 
 extern "C" void node_watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
   // The client also calls node watchers on session events; only expiry matters to a waiter (a
   // reconnect re-arms the watches by itself).
   if (type == ZOO_SESSION_EVENT && state != ZOO_EXPIRED_SESSION_STATE) return;
-  const auto id = reinterpret_cast<std::uintptr_t>(ctx);
-  std::shared_ptr<wake_target> t;
+  std::vector<std::shared_ptr<wake_target>> wake;
   {
     std::lock_guard lk{g_watch_mu};
-    if (auto it = g_watches.find(id); it != g_watches.end()) t = it->second.lock();
+    wake = take_group(reinterpret_cast<std::uintptr_t>(ctx));
   }
-  if (t) t->wake();
+  for (auto& t : wake) t->wake();
 }
-void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+
+/// Effects: adds `t` to the armed group of (owner, path, children), or to a new one.
+/// Returns: the group's id, the context to arm the watch with.
+std::uint64_t join_group(const session_impl* owner, const std::string& path, bool children,
+                         const std::shared_ptr<wake_target>& t) {
+  std::lock_guard lk{g_watch_mu};
+  auto [it, fresh] = g_open.try_emplace({owner, path, children}, 0);
+  if (fresh) {
+    it->second = g_next_group++;
+    g_groups.emplace(it->second, watch_group{owner, path, children, {}});
+  }
+  g_groups[it->second].waiters.push_back(t);
+  return it->second;
+}
+
+/// Effects: wakes and forgets every group of `owner` (its handle is closing or closed).
+void wake_all_groups(const session_impl* owner) noexcept {
+  std::vector<std::shared_ptr<wake_target>> wake;
+  {
+    std::lock_guard lk{g_watch_mu};
+    std::vector<std::uint64_t> ids;
+    for (auto& [id, g] : g_groups)
+      if (g.owner == owner) ids.push_back(id);
+    for (auto id : ids)
+      for (auto& t : take_group(id)) wake.push_back(std::move(t));
+  }
+  for (auto& t : wake) t->wake();
+}
+
 }  // namespace
-
-std::uint64_t watch_register(std::weak_ptr<wake_target> t) {
-  std::lock_guard lk{g_watch_mu};
-  const auto id = g_next_watch++;
-  g_watches.emplace(id, std::move(t));
-  return id;
-}
-
-void watch_unregister(std::uint64_t id) noexcept {
-  std::lock_guard lk{g_watch_mu};
-  g_watches.erase(id);
-}
 
 // ---- the session -------------------------------------------------------------------------------
 
@@ -295,6 +339,7 @@ struct session_impl {
       zh = nullptr;
     }
     ctx.reset();
+    wake_all_groups(this);  // a closed handle fires no watch: its waiters must hear of it
   }
 
   /// Effects: opens a new handle and waits until it is connected, authenticated and its chroot
@@ -518,6 +563,7 @@ struct session_impl {
       stop_worker = true;
       cv.notify_all();
     }
+    wake_all_groups(this);  // waiters see `closed` at once, not after the handle is closed
     // From a listener (on the worker), the worker ends by itself once the listener returns; the
     // destructor joins it.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
@@ -726,12 +772,14 @@ std::optional<held_node> create_contender(session& sess, const std::string& lock
 }
 
 std::optional<std::vector<std::string>> list_children(session& sess, const std::string& path,
-                                                      std::uint64_t watch_id, clock::time_point deadline) {
+                                                      const std::shared_ptr<wake_target>& watcher,
+                                                      clock::time_point deadline) {
   session_impl& s = sess.impl();
   String_vector kids{};
+  const std::uint64_t group = watcher ? join_group(&s, path, true, watcher) : 0;
   auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
-    return watch_id ? zoo_wget_children(zh, path.c_str(), &node_watcher, watch_ctx(watch_id), &kids)
-                    : zoo_get_children(zh, path.c_str(), 0, &kids);
+    return group ? zoo_wget_children(zh, path.c_str(), &node_watcher, watch_ctx(group), &kids)
+                 : zoo_get_children(zh, path.c_str(), 0, &kids);
   });
   if (!rc) return std::nullopt;
   std::vector<std::string> out;
@@ -743,34 +791,64 @@ std::optional<std::vector<std::string>> list_children(session& sess, const std::
   return out;
 }
 
-std::optional<node_seen> watch_node(session& sess, const std::string& path, std::uint64_t watch_id,
+std::optional<node_seen> watch_node(session& sess, const std::string& path, const std::shared_ptr<wake_target>& watcher,
                                     clock::time_point deadline) {
   session_impl& s = sess.impl();
   char buf[1];
   struct Stat st {};
+  const std::uint64_t group = join_group(&s, path, false, watcher);
   // getData, not exists: on a missing node it leaves no watch behind.
   auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
     int len = sizeof buf;
-    return zoo_wget(zh, path.c_str(), &node_watcher, watch_ctx(watch_id), buf, &len, &st);
+    return zoo_wget(zh, path.c_str(), &node_watcher, watch_ctx(group), buf, &len, &st);
   });
-  if (!rc) return std::nullopt;
-  if (*rc == ZNONODE) return node_seen::gone;
-  if (*rc != ZOK) fail(*rc, "zklock: watching " + path);
+  if (!rc) {
+    drop_watch(sess, path, false, watcher.get());
+    return std::nullopt;
+  }
+  if (*rc == ZNONODE) {
+    drop_watch(sess, path, false, watcher.get());
+    return node_seen::gone;
+  }
+  if (*rc != ZOK) {
+    drop_watch(sess, path, false, watcher.get());
+    fail(*rc, "zklock: watching " + path);
+  }
   return st.version > 0 ? node_seen::modified : node_seen::present;
 }
 
-void drop_watch(session& sess, const std::string& path, bool children, std::uint64_t watch_id) noexcept {
+void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
   session_impl& s = sess.impl();
   std::shared_lock hl{s.handle_mu};
-  bool connected;
+  bool usable, connected;
   {
     std::lock_guard lk{s.mu};
-    if (s.closed || !s.zh) return;
+    usable = s.zh && !s.closed;
     connected = s.st == session_state::connected;
   }
-  const int local = connected ? 0 : 1;
-  zoo_remove_watches(s.zh, path.c_str(), children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA, &node_watcher,
-                     watch_ctx(watch_id), local);
+  std::lock_guard lk{g_watch_mu};  // held while queueing the removal: a later join is sent after it
+  auto open = g_open.find({&s, path, children});
+  if (open == g_open.end()) return;  // fired already
+  auto& waiters = g_groups[open->second].waiters;
+  std::erase_if(waiters, [&](const std::weak_ptr<wake_target>& w) {
+    auto t = w.lock();
+    return !t || t.get() == watcher;
+  });
+  if (!waiters.empty()) return;
+  g_groups.erase(open->second);
+  g_open.erase(open);
+  // Removing one watcher only checks it on the server (the server keeps one watch per path and
+  // kind for the connection): remove them all, which are ours alone. Connected: ask the server
+  // (queued now, answered later; the client forgets its watcher with the answer). Disconnected:
+  // forget it locally only (local=1 does no I/O), so that a reconnect does not re-arm it.
+  // The header declares the completion as void_completion_t*, but the client stores and calls the
+  // pointer it is given as the function itself.
+  static constexpr void_completion_t ignore_reply = [](int, const void*) {};
+  const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
+  if (usable && connected)
+    zoo_aremove_all_watches(s.zh, path.c_str(), type, 0, reinterpret_cast<void_completion_t*>(ignore_reply), nullptr);
+  else if (usable)
+    zoo_remove_all_watches(s.zh, path.c_str(), type, 1);
 }
 
 void touch_node(session& sess, const std::string& path) noexcept {
