@@ -3,11 +3,13 @@
 // contender names and their order, and the few ZooKeeper operations the algorithm needs. Defined
 // in implementation units, so importers never see the ZooKeeper C API or range-v3.
 module;
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <stop_token>
 #include <string_view>
 #include <vector>
 export module zklock:detail;
@@ -116,6 +118,42 @@ void touch_node(session& s, const std::string& path) noexcept;
 /// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
 /// in the background until it succeeds or the session ends. Never throws.
 void release_node(session& s, const held_node& n) noexcept;
+
+/// Returns: a token that fires when the session generation `generation` loses its holds (expiry,
+/// a suspension longer than the loss tolerance, close); already fired if that generation is over.
+std::stop_token loss_token(const session& s, std::uint64_t generation);
+
+/// The loss signal of one hold: fires when its session generation is lost, or (once watched) when
+/// its node is deleted by someone else. Quiet after release().
+class hold_guard final : public wake_target {
+ public:
+  explicit hold_guard(std::stop_token session_loss) : link_(std::move(session_loss), stopper{&source_}) {}
+  /// Effects: the node's watch fired (deleted or changed by someone else, or session ended).
+  void wake() noexcept override {
+    if (!released_.load(std::memory_order_acquire)) source_.request_stop();
+  }
+  /// Effects: from now on nothing fires (the hold was released by its owner).
+  void release() noexcept { released_.store(true, std::memory_order_release); }
+  /// Returns: the token users see.
+  std::stop_token token() const noexcept { return source_.get_token(); }
+  /// Returns: whether the loss was signalled.
+  bool lost() const noexcept { return source_.stop_requested(); }
+  /// Returns: true once, for the caller that arms the node watch.
+  bool claim_watch() noexcept { return !watched_.exchange(true); }
+
+ private:
+  struct stopper {
+    std::stop_source* s;
+    void operator()() const noexcept { s->request_stop(); }
+  };
+  std::stop_source source_;
+  std::atomic<bool> released_{false};
+  std::atomic<bool> watched_{false};
+  std::stop_callback<stopper> link_;  // after source_: it may fire while being constructed
+};
+
+/// Effects: arms a data watch on the held node `n` waking `g` (fires `g` at once if `n` is gone).
+void watch_held_node(session& s, const held_node& n, const std::shared_ptr<hold_guard>& g);
 
 /// Returns: whether the session that created `n` is still the live one (not expired, not replaced).
 bool session_alive_for(const session& s, const held_node& n) noexcept;

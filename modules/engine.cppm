@@ -29,6 +29,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -165,13 +166,14 @@ class hold_book {
     return start::acquire;
   }
 
-  /// Effects: records the outcome of the acquire begun by the caller.
-  void finish(std::optional<held_node> n) noexcept {
+  /// Effects: records the outcome of the acquire begun by the caller; a held node gets `guard`.
+  void finish(std::optional<held_node> n, std::shared_ptr<hold_guard> guard = {}) noexcept {
     std::lock_guard lk{mu_};
     const auto key = owner();
     if (n) {
       auto& e = holds_[key];
       e.node = std::move(*n);
+      e.guard = std::move(guard);
       e.count = 1;
       e.acquiring = false;
     } else {
@@ -186,6 +188,7 @@ class hold_book {
     auto it = holds_.find(owner());
     if (it == holds_.end() || it->second.acquiring) return std::nullopt;
     if (--it->second.count > 0) return std::nullopt;
+    if (it->second.guard) it->second.guard->release();  // our own delete is no loss
     std::optional<held_node> n{std::move(it->second.node)};
     holds_.erase(it);
     cv_.notify_all();
@@ -198,6 +201,14 @@ class hold_book {
     auto it = holds_.find(owner());
     if (it == holds_.end() || it->second.acquiring) return std::nullopt;
     return it->second.node;
+  }
+
+  /// Returns: the loss signal of the caller's hold, if it holds.
+  std::shared_ptr<hold_guard> guard() const {
+    std::lock_guard lk{mu_};
+    auto it = holds_.find(owner());
+    if (it == holds_.end() || it->second.acquiring) return nullptr;
+    return it->second.guard;
   }
 
   /// Returns: whether the caller holds `path`.
@@ -218,8 +229,11 @@ class hold_book {
   std::vector<held_node> take_all() noexcept {
     std::lock_guard lk{mu_};
     std::vector<held_node> out;
-    for (auto& [k, e] : holds_)
-      if (!e.acquiring) out.push_back(std::move(e.node));
+    for (auto& [k, e] : holds_) {
+      if (e.acquiring) continue;
+      if (e.guard) e.guard->release();
+      out.push_back(std::move(e.node));
+    }
     holds_.clear();
     return out;
   }
@@ -227,6 +241,7 @@ class hold_book {
  private:
   struct entry {
     held_node node;
+    std::shared_ptr<hold_guard> guard;
     std::size_t count = 0;
     bool acquiring = false;
   };
@@ -262,7 +277,17 @@ class lock_side {
       throw;
     }
     const bool ok = n.has_value();
-    book_.finish(std::move(n));
+    std::shared_ptr<hold_guard> guard;
+    if (ok) {
+      try {
+        guard = std::make_shared<hold_guard>(loss_token(s_, n->generation));
+      } catch (...) {
+        release_node(s_, *n);
+        book_.finish(std::nullopt);
+        throw;
+      }
+    }
+    book_.finish(std::move(n), std::move(guard));
     return ok;
   }
 
@@ -271,7 +296,7 @@ class lock_side {
   bool adopt(const held_node& n, clock::time_point deadline) {
     const auto st = book_.begin(deadline);
     if (!st) return false;
-    if (*st == hold_book<R>::start::acquire) book_.finish(n);
+    if (*st == hold_book<R>::start::acquire) book_.finish(n, std::make_shared<hold_guard>(loss_token(s_, n.generation)));
     return true;
   }
 
@@ -294,6 +319,19 @@ class lock_side {
   }
 
   bool held() const noexcept { return book_.count() > 0; }
+
+  std::stop_token lost_token() const {
+    const auto g = book_.guard();
+    const auto n = book_.held();
+    if (!g || !n) throw_error(errc::not_held, "zklock: lost_token() needs the lock held by the caller");
+    if (g->claim_watch()) watch_held_node(s_, *n, g);  // first use: also watch our node
+    return g->token();
+  }
+
+  bool still_owned() const noexcept {
+    const auto g = book_.guard();
+    return g && !g->lost();
+  }
 
  private:
   session& s_;
@@ -363,6 +401,15 @@ class basic_mutex {
 
   /// Returns: whether the caller holds the lock (as far as this object knows).
   bool owns_lock() const noexcept { return side_.held(); }
+
+  /// Returns: a token that fires when ownership of the caller's hold can no longer be guaranteed:
+  /// the session expired, was closed, or stayed disconnected longer than its loss tolerance, or our
+  /// node was deleted by someone else (watched from the first call on, which costs one request).
+  /// It never fires because of our own unlock(). Throws: std::system_error(errc::not_held).
+  std::stop_token lost_token() const { return side_.lost_token(); }
+
+  /// Returns: whether the caller holds the lock and no loss has been signalled.
+  bool still_owned() const noexcept { return side_.still_owned(); }
 
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
@@ -448,6 +495,11 @@ class basic_shared_mutex {
   bool owns_lock() const noexcept { return write_.held(); }
   /// Returns: whether the caller holds the read side.
   bool owns_shared() const noexcept { return read_.held(); }
+  /// Returns: the loss signal (see basic_mutex::lost_token) of the caller's write hold, or else of
+  /// its read hold. Throws: errc::not_held if it holds neither.
+  std::stop_token lost_token() const { return write_.held() ? write_.lost_token() : read_.lost_token(); }
+  /// Returns: whether the caller holds either side and no loss has been signalled.
+  bool still_owned() const noexcept { return write_.held() ? write_.still_owned() : read_.still_owned(); }
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
 

@@ -18,6 +18,7 @@ module;
 #include <optional>
 #include <shared_mutex>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -250,6 +251,9 @@ struct session_impl {
   std::chrono::milliseconds negotiated{0};
   std::deque<session_state> events;
   std::vector<pending_delete> pending;
+  std::stop_source loss;          // of the current generation: fired when its holds are lost
+  clock::time_point suspended_at{};  // when the current suspension began
+  bool reopen_due = false;        // expired: open a new handle (after a failed attempt: again)
 
   std::mutex reopen_mu;             // one open/close at a time
   std::shared_mutex handle_mu;      // shared: a call on zh; exclusive: replace or close zh
@@ -305,6 +309,7 @@ struct session_impl {
 
   void post(session_state s) {  // mu held
     if (s == st) return;
+    if (s == session_state::suspended) suspended_at = clock::now();
     st = s;
     events.push_back(s);
     cv.notify_all();
@@ -344,13 +349,15 @@ struct session_impl {
 
   /// Effects: opens a new handle and waits until it is connected, authenticated and its chroot
   /// checked. Throws: std::system_error; the handle is closed again on failure.
-  void open_handle() {
+  void open_handle(bool first = false) {
     std::lock_guard rl{reopen_mu};
     close_handle();
     const auto deadline = clock::now() + opts.connect_timeout;
+    std::stop_source old_loss;
     {
       std::lock_guard lk{mu};
       if (closed) throw_error(errc::session_closed, "zklock::session");
+      old_loss = std::exchange(loss, std::stop_source{});
       ++gen;
       connected_once = false;
       auth_failed = false;
@@ -370,10 +377,11 @@ struct session_impl {
                                 "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
       }
     }
+    old_loss.request_stop();  // holds of the replaced handle are gone, if they were not already
     auto fail = [&](errc e, const std::string& what) {
       close_handle();
       std::lock_guard lk{mu};
-      post(session_state::closed);
+      post(first ? session_state::closed : session_state::expired);
       throw_error(e, what);
     };
     {
@@ -443,26 +451,64 @@ struct session_impl {
 
   // -- the worker: listeners, re-establishment, background deletes -----------------------------
 
+  /// Returns: how long a suspension may last before the holds of the session count as lost.
+  clock::duration loss_tolerance() const {  // mu held
+    if (opts.loss_tolerance > std::chrono::milliseconds::zero()) return opts.loss_tolerance;
+    const auto t = negotiated > std::chrono::milliseconds::zero() ? negotiated : opts.session_timeout;
+    return t / 3;
+  }
+
   void run_worker() {
     std::unique_lock lk{mu};
     for (;;) {
-      const bool retry = !pending.empty() && st == session_state::connected;
-      if (retry) {
+      auto wake_now = [&] {
+        return stop_worker || !events.empty() || reopen_due || (!pending.empty() && st == session_state::connected);
+      };
+      if (st == session_state::suspended && !loss.stop_requested()) {
+        // The client does not report expiry while it cannot reach a server: keep our own clock.
+        const auto deadline = suspended_at + loss_tolerance();
+        cv.wait_until(lk, deadline, wake_now);
+        if (!stop_worker && st == session_state::suspended && clock::now() >= deadline) {
+          // The server may have expired us by now. Give the session up: its holds are lost, and a
+          // closed handle cannot bring a stale node back when the network returns.
+          auto lost = loss;
+          post(session_state::expired);
+          lk.unlock();
+          lost.request_stop();
+          close_handle();
+          lk.lock();
+          reopen_due = opts.reestablish_after_expiry;
+          continue;
+        }
+      } else if (!pending.empty() && st == session_state::connected) {
         cv.wait_for(lk, std::chrono::milliseconds{200}, [&] { return stop_worker || !events.empty(); });
       } else {
-        cv.wait(lk, [&] { return stop_worker || !events.empty() || (!pending.empty() && st == session_state::connected); });
+        cv.wait(lk, wake_now);
       }
       if (stop_worker) return;
       while (!events.empty()) {
         const session_state s = events.front();
         events.pop_front();
+        if (s == session_state::expired) {
+          auto lost = loss;
+          lk.unlock();
+          lost.request_stop();  // on this thread, never ZooKeeper's
+          lk.lock();
+          reopen_due = reopen_due || opts.reestablish_after_expiry;
+        }
         lk.unlock();
         notify_listeners(s);
-        if (s == session_state::expired && opts.reestablish_after_expiry) {
-          try {
-            open_handle();
-          } catch (...) {  // stays expired; the user may call reestablish()
-          }
+        lk.lock();
+        if (stop_worker) return;
+      }
+      if (reopen_due && !closed) {
+        reopen_due = false;
+        lk.unlock();
+        try {
+          open_handle();
+        } catch (...) {  // still expired: try again (each attempt waits connect_timeout)
+          std::lock_guard l2{mu};
+          reopen_due = opts.reestablish_after_expiry && !closed;
         }
         lk.lock();
         if (stop_worker) return;
@@ -564,6 +610,12 @@ struct session_impl {
       cv.notify_all();
     }
     wake_all_groups(this);  // waiters see `closed` at once, not after the handle is closed
+    std::stop_source lost;
+    {
+      std::lock_guard lk{mu};
+      lost = loss;
+    }
+    lost.request_stop();  // a closed session holds nothing
     // From a listener (on the worker), the worker ends by itself once the listener returns; the
     // destructor joins it.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
@@ -601,7 +653,7 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: auth scheme is empty");
   impl_ = std::make_unique<detail::session_impl>(std::move(options));
   impl_->chroot = std::move(chroot);
-  impl_->open_handle();  // throws; nothing else to undo yet
+  impl_->open_handle(true);  // throws; nothing else to undo yet
   {
     // The changes so far happened before anyone could add a listener: they are not "later".
     std::lock_guard lk{impl_->mu};
@@ -886,6 +938,28 @@ std::string session_password(const session& sess) {
   if (!s.zh) return {};
   const clientid_t* id = zoo_client_id(s.zh);
   return id ? std::string{id->passwd, sizeof id->passwd} : std::string{};
+}
+
+void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) {
+  if (!session_alive_for(sess, n)) {
+    g->wake();
+    return;
+  }
+  try {
+    const auto seen = watch_node(sess, n.path, g, clock::now() + sess.impl().opts.connect_timeout);
+    if (seen && *seen == node_seen::gone) g->wake();
+  } catch (const std::system_error&) {
+    g->wake();  // expired or closed meanwhile: lost
+  }
+}
+
+std::stop_token loss_token(const session& sess, std::uint64_t generation) {
+  session_impl& s = sess.impl();
+  std::lock_guard lk{s.mu};
+  if (s.gen == generation && !s.closed) return s.loss.get_token();
+  std::stop_source gone;
+  gone.request_stop();
+  return gone.get_token();
 }
 
 bool session_alive_for(const session& sess, const held_node& n) noexcept {

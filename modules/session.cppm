@@ -13,7 +13,8 @@ export module zklock:session;
 export namespace zklock {
 
 /// Where a session is. `suspended`: it was connected and lost the connection; the session (and its
-/// locks) may still be alive. `expired`: the server ended it; everything it held is gone.
+/// locks) may still be alive. `expired`: the server ended it, or zklock gave it up after a
+/// suspension longer than session_options::loss_tolerance; everything it held is lost.
 enum class session_state { connecting, connected, suspended, expired, closed };
 
 /// Returns: the state's name, e.g. "connected".
@@ -35,6 +36,11 @@ struct session_options {
   std::chrono::milliseconds connect_timeout{15'000};  ///< the constructor gives up after this
   std::optional<auth_info> auth;                      ///< sent before the constructor returns
   bool reestablish_after_expiry = true;  ///< open a new handle by itself when the session expires
+  /// How long the session may stay suspended (disconnected) before zklock gives it up: its locks
+  /// count as lost (lost_token() fires), the handle is closed so that its nodes cannot come back,
+  /// and the state becomes `expired`. Zero = the default, a third of the negotiated session timeout:
+  /// the client notices silence after 2/3 of it, so the server may expire the session 1/3 later.
+  std::chrono::milliseconds loss_tolerance{0};
 };
 
 /// Receives one line of the ZooKeeper C client's log. Called on the client's threads.

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -39,9 +41,11 @@ zhandle_t* open_handle(const clientid_t* id = nullptr) {
 zhandle_t* observer() {
   static std::mutex mu;
   static zhandle_t* zh = nullptr;
+  static std::string used;  // a private_server changes the address
   std::lock_guard lk{mu};
-  if (!zh || zoo_state(zh) != ZOO_CONNECTED_STATE) {
+  if (!zh || zoo_state(zh) != ZOO_CONNECTED_STATE || used != connect()) {
     if (zh) zookeeper_close(zh);
+    used = connect();
     zh = open_handle();
   }
   return zh;
@@ -263,5 +267,63 @@ node_stat stat_node(const std::string& path) {
   out.ephemeral_owner = st.ephemeralOwner;
   return out;
 }
+
+}  // namespace zkt
+
+namespace zkt {
+
+namespace {
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    if (::pclose(p) != 0) throw std::runtime_error("command failed: " + cmd);
+  } else {
+    throw std::runtime_error("cannot run: " + cmd);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+}  // namespace
+
+private_server::private_server(int nodes, int tick_ms) {
+  const char* tools = std::getenv("ZKLOCK_TOOLS");
+  const std::string zk = std::string{tools && *tools ? tools : ZKLOCK_SOURCE_DIR "/tools"} + "/zk";
+  static std::atomic<int> n{0};
+  dir_ = (std::filesystem::temp_directory_path() /
+          ("zklock-private-" + std::to_string(::getpid()) + "-" + std::to_string(++n)))
+             .string();
+  dir_ = zk + "\x1f" + dir_;  // remember the tool beside the dir
+  connect_ = tool("start \"$D\" --nodes " + std::to_string(nodes) + " --tick " + std::to_string(tick_ms) +
+                  " --owner " + std::to_string(::getpid()));
+  if (const char* c = std::getenv("ZKLOCK_TEST_ZK")) saved_ = c;
+  ::setenv("ZKLOCK_TEST_ZK", connect_.c_str(), 1);
+}
+
+private_server::~private_server() {
+  try {
+    tool("stop \"$D\"");
+  } catch (...) {
+  }
+  if (saved_.empty())
+    ::unsetenv("ZKLOCK_TEST_ZK");
+  else
+    ::setenv("ZKLOCK_TEST_ZK", saved_.c_str(), 1);
+}
+
+std::string private_server::tool(const std::string& args) const {
+  const auto sep = dir_.find('\x1f');
+  const std::string zk = dir_.substr(0, sep), dir = dir_.substr(sep + 1);
+  return run_capture("D='" + dir + "'; '" + zk + "' " + args + " 2>/dev/null");
+}
+
+void private_server::pause(int node) { tool("pause \"$D\" " + std::to_string(node)); }
+void private_server::resume(int node) { tool("resume \"$D\" " + std::to_string(node)); }
+void private_server::kill(int node) { tool("kill \"$D\" " + std::to_string(node)); }
+void private_server::restart(int node) { tool("restart \"$D\" " + std::to_string(node)); }
+int private_server::kill_leader() { return std::stoi(tool("kill-leader \"$D\"")); }
+
+bool remove(const std::string& path) { return zoo_delete(observer(), path.c_str(), -1) == ZOK; }
 
 }  // namespace zkt

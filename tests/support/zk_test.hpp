@@ -88,3 +88,29 @@ struct node_stat {
 node_stat stat_node(const std::string& path);
 
 }  // namespace zkt
+
+namespace zkt {
+
+/// A ZooKeeper server (or 3-node ensemble) of this test alone, via tools/zk, for faults that must
+/// not disturb other tests. While it lives, ZKLOCK_TEST_ZK names it (so the helpers above use it).
+class private_server {
+ public:
+  explicit private_server(int nodes = 1, int tick_ms = 100);
+  ~private_server();
+  private_server(const private_server&) = delete;
+  private_server& operator=(const private_server&) = delete;
+  const std::string& connect() const noexcept { return connect_; }
+  void pause(int node = 1);   ///< SIGSTOP
+  void resume(int node = 1);  ///< SIGCONT
+  void kill(int node = 1);    ///< SIGKILL
+  void restart(int node = 1);
+  int kill_leader();          ///< Returns: the index of the killed leader
+ private:
+  std::string tool(const std::string& args) const;
+  std::string dir_, connect_, saved_;
+};
+
+/// Effects: deletes `path` (no version check). Returns: whether it was deleted.
+bool remove(const std::string& path);
+
+}  // namespace zkt

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// The lost-lock signal: lost_token() fires when ownership can no longer be guaranteed (expiry,
+// a disconnection longer than the loss tolerance, our node deleted by someone else), and only then.
+// Each test runs its own server, since some pause it.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <thread>
+#include "zk_test.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Records when a stop token fires.
+class loss_probe {
+ public:
+  explicit loss_probe(std::stop_token t) : cb_(std::move(t), fire{this}) {}
+  bool wait(std::chrono::milliseconds limit) {
+    std::unique_lock lk{mu_};
+    return cv_.wait_for(lk, limit, [&] { return fired_; });
+  }
+  bool fired() {
+    std::lock_guard lk{mu_};
+    return fired_;
+  }
+
+ private:
+  struct fire {
+    loss_probe* p;
+    void operator()() const noexcept {
+      {
+        std::lock_guard lk{p->mu_};
+        p->fired_ = true;
+      }
+      p->cv_.notify_all();
+    }
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool fired_ = false;
+  std::stop_callback<fire> cb_;  // last: may fire while constructed
+};
+
+zklock::session_options opts(std::chrono::milliseconds timeout, bool reestablish = true) {
+  auto o = zkt::options(timeout);
+  o.reestablish_after_expiry = reestablish;
+  return o;
+}
+
+TEST(LostLock, ExpiryFiresTheTokenAndAnotherClientAcquires) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-expiry");
+  zklock::session holder_s{opts(2000ms)};
+  zklock::mutex m{holder_s, path};
+  m.lock();
+  loss_probe probe{m.lost_token()};
+  EXPECT_TRUE(m.still_owned());
+  ASSERT_TRUE(zkt::expire(holder_s));
+  ASSERT_TRUE(probe.wait(30s));
+  EXPECT_FALSE(m.still_owned());
+  EXPECT_NO_THROW(m.unlock());  // safe and quiet on a lost lock
+  zklock::session other{opts(2000ms)};
+  zklock::mutex m2{other, path};
+  EXPECT_TRUE(m2.try_lock_for(30s));
+  m2.unlock();
+}
+
+TEST(LostLock, NodeDeletedBySomeoneElseFiresTheToken) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-deleted");
+  zklock::session s{opts(4000ms)};
+  zklock::mutex m{s, path};
+  m.lock();
+  loss_probe probe{m.lost_token()};
+  const auto kids = zkt::children(path);
+  ASSERT_EQ(kids.size(), 1u);
+  EXPECT_FALSE(probe.fired());
+  ASSERT_TRUE(zkt::remove(path + "/" + kids[0]));
+  ASSERT_TRUE(probe.wait(30s));
+  EXPECT_FALSE(m.still_owned());
+  EXPECT_NO_THROW(m.unlock());
+  EXPECT_EQ(s.state(), zklock::session_state::connected);  // the session itself is fine
+  EXPECT_TRUE(m.try_lock_for(30s));
+  m.unlock();
+}
+
+TEST(LostLock, OwnUnlockNeverFiresTheToken) {
+  zkt::private_server zk;
+  zklock::session s{opts(4000ms)};
+  zklock::mutex m{s, zkt::unique_path("lost-own-unlock")};
+  m.lock();
+  const auto token = m.lost_token();
+  m.unlock();
+  // The release deleted the watched node: make sure the watch event has been delivered by doing a
+  // round trip after it on the same session (a session's events arrive in order).
+  m.lock();
+  m.unlock();
+  EXPECT_FALSE(token.stop_requested());
+  EXPECT_THROW((void)m.lost_token(), std::system_error);  // not held
+}
+
+TEST(LostLock, ServerPausedLongerThanToleranceIsReportedLocallyBeforeItReturns) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-paused");
+  zklock::session s{opts(3000ms)};
+  zklock::mutex m{s, path};
+  m.lock();
+  loss_probe probe{m.lost_token()};
+  zk.pause();
+  const bool fired_while_paused = probe.wait(30s);
+  zk.resume();
+  ASSERT_TRUE(fired_while_paused);
+  EXPECT_FALSE(m.still_owned());
+  EXPECT_NO_THROW(m.unlock());
+  // The given-up session's node must not block the queue: it goes (closed or expired), and a new
+  // client acquires.
+  zklock::session other{opts(3000ms)};
+  zklock::mutex m2{other, path};
+  EXPECT_TRUE(m2.try_lock_for(30s));
+  m2.unlock();
+  EXPECT_TRUE(s.wait_for(zklock::session_state::connected, 30s));  // re-established by itself
+  EXPECT_EQ(s.generation(), 2u);
+}
+
+TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-short-pause");
+  zklock::session s{opts(6000ms)};
+  zklock::mutex m{s, path};
+  m.lock();
+  loss_probe probe{m.lost_token()};
+  const auto id = s.id();
+  zk.pause();
+  std::this_thread::sleep_for(2500ms);  // the fault's duration (well under 2/3 of the timeout)
+  zk.resume();
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, 30s));
+  // A round trip proves the session works again; our node is still there and ours.
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  EXPECT_EQ(s.id(), id);
+  EXPECT_EQ(s.generation(), 1u);
+  EXPECT_FALSE(probe.fired());
+  EXPECT_TRUE(m.still_owned());
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(LostLock, SharedMutexAndNotHeld) {
+  zkt::private_server zk;
+  zklock::session s{opts(2000ms)};
+  zklock::shared_mutex rw{s, zkt::unique_path("lost-rw")};
+  EXPECT_THROW((void)rw.lost_token(), std::system_error);
+  EXPECT_FALSE(rw.still_owned());
+  rw.lock_shared();
+  loss_probe probe{rw.lost_token()};
+  ASSERT_TRUE(zkt::expire(s));
+  ASSERT_TRUE(probe.wait(30s));
+  EXPECT_FALSE(rw.still_owned());
+  rw.unlock_shared();
+}
+
+}  // namespace
