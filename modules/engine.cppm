@@ -34,6 +34,7 @@ module;
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 export module zklock:engine;
@@ -45,6 +46,7 @@ import :watch;
 import :wakeup;
 import :reentrancy;
 import :timeout;
+import :hooks;
 
 export namespace zklock {
 
@@ -53,9 +55,20 @@ namespace detail {
 /// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
 /// holds, or until `deadline`. Returns: the held node, or nullopt on timeout (nothing left behind).
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
+/// What one acquire attempt did (for hooks; counted only when asked for).
+struct acquire_counters {
+  std::size_t position = 0;  ///< contenders ahead at the first listing
+  std::size_t wakeups = 0;
+  std::size_t requests = 0;
+};
+
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
 std::optional<held_node> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                      clock::time_point deadline) {
+                                      clock::time_point deadline, acquire_counters* count = nullptr) {
+  auto sent = [count](std::size_t n = 1) {
+    if (count) count->requests += n;
+  };
+  sent();
   std::optional<held_node> node = create_contender(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline);
   if (!node) return std::nullopt;
   const std::string self = node->path.substr(lock_path.size() + 1);
@@ -69,8 +82,12 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     std::string watched;  // path with a watch of ours that has not fired, if any
     bool watched_children = false;
     bool keep = false;
+    acquire_counters* count = nullptr;
     void forget_watch() noexcept {
-      if (!watched.empty()) drop_watch(s, watched, watched_children, waiter.get());
+      if (!watched.empty()) {
+        drop_watch(s, watched, watched_children, waiter.get());
+        if (count) ++count->requests;
+      }
       watched.clear();
     }
     ~attempt() {
@@ -80,8 +97,11 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       }
     }
   } at(s, node);
+  at.count = count;
 
+  sent();
   auto listing = list_children(s, lock_path, nullptr, deadline);
+  bool first_listing = true;
   bool waits = false;  // the listing came with a watch: wait before listing again
   for (;;) {
     if (!listing) return std::nullopt;  // deadline
@@ -94,9 +114,14 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       throw_error(session_alive_for(s, *node) ? errc::lock_lost : errc::session_expired,
                   "zklock: our contender node " + node->path + " vanished while waiting");
     }
+    if (count && first_listing) count->position = me;
+    first_listing = false;
     const verdict v = rule(queue, me);
     if (v.held) {
-      if (v.poke_successor) touch_node(s, node->path);
+      if (v.poke_successor) {
+        touch_node(s, node->path);
+        sent();
+      }
       at.keep = true;  // a children watch left armed fires once, harmlessly, at the next change
       return node;
     }
@@ -112,6 +137,7 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       if (Watch::kind == watch_kind::children || v.what == verdict::watch::any_change) {
         at.watched = lock_path;
         at.watched_children = true;
+        sent();
         listing = list_children(s, lock_path, at.waiter, deadline);  // evaluated before waiting
         waits = true;
         continue;
@@ -119,17 +145,21 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       const std::string target = lock_path + "/" + queue[v.index].name;
       at.watched = target;
       at.watched_children = false;
+      sent();
       const auto seen = watch_node(s, target, at.waiter, deadline);
       if (!seen) return std::nullopt;
       if (*seen != node_seen::present) {  // already gone (no watch set) or granted meanwhile
         if (*seen == node_seen::gone) at.watched.clear();
+        sent();
         listing = list_children(s, lock_path, nullptr, deadline);
         continue;
       }
     }
     if (!at.waiter->wait_until(deadline)) return std::nullopt;
     at.watched.clear();  // it fired (or the session ended)
+    if (count) ++count->wakeups;
     waits = false;
+    sent();
     listing = list_children(s, lock_path, nullptr, deadline);
   }
 }
@@ -167,11 +197,13 @@ class hold_book {
   }
 
   /// Effects: records the outcome of the acquire begun by the caller; a held node gets `guard`.
-  void finish(std::optional<held_node> n, std::shared_ptr<hold_guard> guard = {}) noexcept {
+  void finish(std::optional<held_node> n, std::shared_ptr<hold_guard> guard = {},
+              clock::time_point granted = {}) noexcept {
     std::lock_guard lk{mu_};
     const auto key = owner();
     if (n) {
       auto& e = holds_[key];
+      e.granted = granted;
       e.node = std::move(*n);
       e.guard = std::move(guard);
       e.count = 1;
@@ -182,12 +214,14 @@ class hold_book {
     cv_.notify_all();
   }
 
-  /// Effects: drops one hold of the caller. Returns: the node to delete when it was the last one.
-  std::optional<held_node> end() noexcept {
+  /// Effects: drops one hold of the caller. Returns: the node to delete when it was the last one
+  /// (and, if `granted` is given, stores when it was granted there).
+  std::optional<held_node> end(clock::time_point* granted = nullptr) noexcept {
     std::lock_guard lk{mu_};
     auto it = holds_.find(owner());
     if (it == holds_.end() || it->second.acquiring) return std::nullopt;
     if (--it->second.count > 0) return std::nullopt;
+    if (granted) *granted = it->second.granted;
     if (it->second.guard) it->second.guard->release();  // our own delete is no loss
     std::optional<held_node> n{std::move(it->second.node)};
     holds_.erase(it);
@@ -242,6 +276,7 @@ class hold_book {
   struct entry {
     held_node node;
     std::shared_ptr<hold_guard> guard;
+    clock::time_point granted{};  // only measured for hooks
     std::size_t count = 0;
     bool acquiring = false;
   };
@@ -255,7 +290,7 @@ class hold_book {
 };
 
 /// One side of a lock: a hold book plus the algorithm, for a rule.
-template <WatchStrategy W, WakeupPolicy K, ReentrancyPolicy R>
+template <WatchStrategy W, WakeupPolicy K, ReentrancyPolicy R, Hooks H = no_hooks>
 class lock_side {
  public:
   lock_side(session& s, const std::string& path) : s_(s), path_(path) {}
@@ -270,13 +305,22 @@ class lock_side {
     if (!st) return false;
     if (*st == hold_book<R>::start::reentered) return true;
     std::optional<held_node> n;
+    [[maybe_unused]] acquire_counters counters;
+    [[maybe_unused]] clock::time_point started;
+    if constexpr (H::enabled) started = clock::now();
     try {
-      n = acquire_node<W, K>(s_, path_, rule, deadline);
+      n = acquire_node<W, K>(s_, path_, rule, deadline, H::enabled ? &counters : nullptr);
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
     }
     const bool ok = n.has_value();
+    [[maybe_unused]] clock::time_point granted;
+    if constexpr (H::enabled) {
+      granted = clock::now();
+      H::on_acquire(acquire_stats{path_, granted - started, counters.position, counters.wakeups,
+                                  counters.requests, ok});
+    }
     std::shared_ptr<hold_guard> guard;
     if (ok) {
       try {
@@ -287,7 +331,7 @@ class lock_side {
         throw;
       }
     }
-    book_.finish(std::move(n), std::move(guard));
+    book_.finish(std::move(n), std::move(guard), granted);
     return ok;
   }
 
@@ -301,7 +345,15 @@ class lock_side {
   }
 
   void release() noexcept {
-    if (auto n = book_.end()) release_node(s_, *n);
+    if constexpr (H::enabled) {
+      clock::time_point granted;
+      if (auto n = book_.end(&granted)) {
+        release_node(s_, *n);
+        H::on_release(release_stats{path_, clock::now() - granted});
+      }
+    } else {
+      if (auto n = book_.end()) release_node(s_, *n);
+    }
   }
 
   /// Effects: as release(), but keeps the node while the caller still holds it through `other`.
@@ -344,14 +396,39 @@ inline std::string checked_path(std::string path) {
   return path;
 }
 
+/// Returns: the deadline `d` from now, for the try_*_for function `fn` (time_point::max(), i.e. no
+/// deadline, if it lies beyond the clock's range). Throws: std::invalid_argument naming `fn` if `d`
+/// is negative (or NaN): a negative wait is a caller's bug, not "try once".
+template <class Rep, class Period>
+clock::time_point deadline_after(const std::chrono::duration<Rep, Period>& d, const char* fn) {
+  if (!(d >= d.zero()))
+    throw std::invalid_argument(std::string{"zklock: "} + fn + "() needs a non-negative duration");
+  const auto now = clock::now();
+  using seconds = std::chrono::duration<long double>;  // compares without overflow
+  if (seconds{d} >= seconds{clock::time_point::max() - now}) return clock::time_point::max();
+  return now + std::chrono::ceil<clock::duration>(d);
+}
+
+/// Returns: `t` as a steady_clock deadline (another clock is converted once). A time point in the
+/// past is no error: the acquire makes one attempt, as try_lock() does.
+template <class Clock, class Duration>
+clock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>& t) {
+  if constexpr (std::is_same_v<Clock, clock>) {
+    return std::chrono::time_point_cast<clock::duration>(t);
+  } else {
+    return clock::now() + std::chrono::ceil<clock::duration>(t - Clock::now());
+  }
+}
+
 }  // namespace detail
 
 /// A fair, cluster-wide mutex: the standard TimedLockable interface over the one algorithm.
 /// Default: predecessor watch, condition-variable wake-up, not re-entrant, lock() waits forever.
 template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
-          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever>
+          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_mutex {
  public:
+  using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
   using reentrancy_policy = R;
@@ -379,16 +456,17 @@ class basic_mutex {
   bool try_lock() { return side_.acquire(detail::exclusive_rule{}, detail::clock::now()); }
 
   /// Effects: waits at most `d`. Returns: whether the caller holds the lock; on false nothing of
-  /// the attempt is left on the server. Throws: as try_lock().
+  /// the attempt is left on the server. Throws: as try_lock(); std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_until(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+    return side_.acquire(detail::exclusive_rule{}, detail::deadline_after(d, "try_lock_for"));
   }
 
-  /// Effects: waits until `t` at most (converted to steady_clock once). Returns, Throws: as try_lock_for.
+  /// Effects: waits until `t` at most (converted to steady_clock once; a past `t` makes one
+  /// attempt). Returns: as try_lock_for. Throws: as try_lock().
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return side_.acquire(detail::exclusive_rule{}, to_steady(t));
+    return side_.acquire(detail::exclusive_rule{}, detail::steady_deadline(t));
   }
 
   /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
@@ -415,16 +493,8 @@ class basic_mutex {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  template <class Clock, class Duration>
-  static detail::clock::time_point to_steady(const std::chrono::time_point<Clock, Duration>& t) {
-    if constexpr (std::is_same_v<Clock, detail::clock>) {
-      return std::chrono::time_point_cast<detail::clock::duration>(t);
-    } else {
-      return detail::clock::now() + std::chrono::ceil<detail::clock::duration>(t - Clock::now());
-    }
-  }
   std::string path_;
-  detail::lock_side<W, K, R> side_;
+  detail::lock_side<W, K, R, H> side_;
 };
 
 /// A fair read/write lock: std::unique_lock takes the write side, std::shared_lock the read side.
@@ -434,9 +504,10 @@ class basic_mutex {
 /// resource_deadlock_would_occur instead of waiting forever.
 /// Nodes are named like Curator's InterProcessReadWriteLock (__READ__ / __WRIT__).
 template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
-          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever>
+          ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_shared_mutex {
  public:
+  using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
   using reentrancy_policy = R;
@@ -456,15 +527,15 @@ class basic_shared_mutex {
   }
   /// Effects, Returns: one attempt at the write side without waiting.
   bool try_lock() { return try_lock_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for the write side.
+  /// Effects, Returns: waits at most `d` for the write side. Throws: std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+    return try_lock_until_impl(detail::deadline_after(d, "try_lock_for"));
   }
-  /// Effects, Returns: waits until `t` at most for the write side.
+  /// Effects, Returns: waits until `t` at most for the write side (a past `t`: one attempt).
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_lock_for(t - Clock::now());
+    return try_lock_until_impl(detail::steady_deadline(t));
   }
   /// Effects: releases the caller's write hold. Never throws.
   void unlock() noexcept { write_.release_unless_held_by(read_); }
@@ -476,15 +547,15 @@ class basic_shared_mutex {
   }
   /// Effects, Returns: one attempt at the read side without waiting.
   bool try_lock_shared() { return try_lock_shared_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for the read side.
+  /// Effects, Returns: waits at most `d` for the read side. Throws: std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_shared_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+    return try_lock_shared_until_impl(detail::deadline_after(d, "try_lock_shared_for"));
   }
-  /// Effects, Returns: waits until `t` at most for the read side.
+  /// Effects, Returns: waits until `t` at most for the read side (a past `t`: one attempt).
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_lock_shared_for(t - Clock::now());
+    return try_lock_shared_until_impl(detail::steady_deadline(t));
   }
   /// Effects: releases the caller's read hold. Never throws.
   void unlock_shared() noexcept { read_.release_unless_held_by(write_); }
@@ -516,17 +587,18 @@ class basic_shared_mutex {
     return read_.acquire(detail::read_rule{}, d);
   }
   std::string path_;
-  detail::lock_side<W, K, R> write_;
-  detail::lock_side<W, K, R> read_;
+  detail::lock_side<W, K, R, H> write_;
+  detail::lock_side<W, K, R, H> read_;
 };
 
 /// A cluster-wide counting semaphore with a fixed number of leases, stored on the semaphore node.
 /// Each acquire takes one more lease (one contender node); release() returns the most recent one,
 /// from any thread. Fair: leases go in queue order.
 template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_variable,
-          TimeoutPolicy T = timeout_forever>
+          TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_counting_semaphore {
  public:
+  using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
   using timeout_policy = T;
@@ -540,7 +612,7 @@ class basic_counting_semaphore {
   }
   /// Effects: returns every lease still held (never throws).
   ~basic_counting_semaphore() {
-    for (auto& n : held_) detail::release_node(s_, n);
+    for (auto& l : held_) detail::release_node(s_, l.node);
   }
   basic_counting_semaphore(const basic_counting_semaphore&) = delete;
   basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;
@@ -553,27 +625,28 @@ class basic_counting_semaphore {
   }
   /// Effects, Returns: one attempt without waiting: whether a lease was granted.
   bool try_acquire() { return try_acquire_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for a lease.
+  /// Effects, Returns: waits at most `d` for a lease. Throws: std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_acquire_until_impl(detail::clock::now() + std::chrono::ceil<detail::clock::duration>(d));
+    return try_acquire_until_impl(detail::deadline_after(d, "try_acquire_for"));
   }
-  /// Effects, Returns: waits until `t` at most for a lease.
+  /// Effects, Returns: waits until `t` at most for a lease (a past `t`: one attempt).
   template <class Clock, class Duration>
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_acquire_for(t - Clock::now());
+    return try_acquire_until_impl(detail::steady_deadline(t));
   }
   /// Effects: returns the most recently granted lease of this object.
   /// Throws: std::system_error(errc::not_held) if it holds none.
   void release() {
-    std::optional<detail::held_node> n;
+    std::optional<lease> l;
     {
       std::lock_guard lk{mu_};
       if (held_.empty()) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
-      n = std::move(held_.back());
+      l = std::move(held_.back());
       held_.pop_back();
     }
-    detail::release_node(s_, *n);
+    detail::release_node(s_, l->node);
+    if constexpr (H::enabled) H::on_release(release_stats{path_, detail::clock::now() - l->granted});
   }
   /// Returns: how many leases this object holds.
   std::ptrdiff_t held_leases() const noexcept {
@@ -591,17 +664,30 @@ class basic_counting_semaphore {
     return n;
   }
   bool try_acquire_until_impl(detail::clock::time_point d) {
-    auto n = detail::acquire_node<W, K>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, d);
+    [[maybe_unused]] detail::acquire_counters counters;
+    [[maybe_unused]] detail::clock::time_point started, granted;
+    if constexpr (H::enabled) started = detail::clock::now();
+    auto n = detail::acquire_node<W, K>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, d,
+                                        H::enabled ? &counters : nullptr);
+    if constexpr (H::enabled) {
+      granted = detail::clock::now();
+      H::on_acquire(acquire_stats{path_, granted - started, counters.position, counters.wakeups, counters.requests,
+                                  n.has_value()});
+    }
     if (!n) return false;
     std::lock_guard lk{mu_};
-    held_.push_back(std::move(*n));
+    held_.push_back(lease{std::move(*n), granted});
     return true;
   }
   session& s_;
   std::string path_;
   std::ptrdiff_t leases_;
+  struct lease {
+    detail::held_node node;
+    detail::clock::time_point granted;  // only measured for hooks
+  };
   mutable std::mutex mu_;
-  std::vector<detail::held_node> held_;
+  std::vector<lease> held_;
 };
 
 }  // namespace zklock

@@ -533,6 +533,7 @@ struct session_impl {
     if (!zh) return true;
     if (p.prefix.empty()) {
       const int rc = zoo_delete(zh, p.path.c_str(), -1);
+      log_refused_delete(p.path, rc);
       return !unknown_outcome(rc);
     }
     String_vector kids{};
@@ -543,12 +544,29 @@ struct session_impl {
       for (int i = 0; i < kids.count; ++i) {
         if (std::string_view{kids.data[i]}.starts_with(p.prefix)) {
           const std::string child = p.path + "/" + kids.data[i];
-          if (unknown_outcome(zoo_delete(zh, child.c_str(), -1))) ok = false;
+          const int drc = zoo_delete(zh, child.c_str(), -1);
+          log_refused_delete(child, drc);
+          if (unknown_outcome(drc)) ok = false;
         }
       }
       deallocate_String_vector(&kids);
     }
     return ok;
+  }
+
+  /// Effects: if the server refused to delete `path` (e.g. NOAUTH: the lock node's ACL lets us
+  /// create but not delete), says so through the log handler. Such a delete is not retried (the
+  /// answer would not change); the node stays until its session ends. Never throws.
+  static void log_refused_delete(const std::string& path, int rc) noexcept {
+    if (rc == ZOK || rc == ZNONODE || unknown_outcome(rc) || rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE ||
+        rc == ZCLOSING)
+      return;  // gone, to be retried, or gone with the session
+    try {
+      const std::string line = "zklock: the server refused to delete " + path + ": " + zerror(rc) + " (" +
+                               std::to_string(rc) + "); it stays until its session ends";
+      zk_log_line(line.c_str());
+    } catch (...) {  // allocation failure, or a throwing log handler: nothing more to do
+    }
   }
 
   void defer_delete(pending_delete p) {
@@ -726,11 +744,26 @@ namespace {
 
 constexpr std::size_t path_buffer = 1200;
 
-struct acl_choice {
-  ACL_vector* acl;
-};
+// The ACL of every node zklock creates (lock nodes and their missing parents, contender nodes,
+// semaphore nodes) in a session with credentials: the creator may do everything — ZooKeeper's
+// "auth" id stands for every identity the session authenticated with, e.g. digest user:hash, so
+// all sessions of one digest user share these rights — and everybody else may only read (list
+// the queue, read a holder's data, watch). ZooKeeper checks CREATE and DELETE on the parent, so
+// a stranger can neither queue under such a lock node nor delete a holder's node: both give
+// NOAUTH (errc::no_auth). A lock node that already existed keeps its own ACL, which then decides.
+char g_auth_scheme[] = "auth";
+char g_auth_id[] = "";
+char g_world_scheme[] = "world";
+char g_world_id[] = "anyone";
+ACL g_creator_all_world_read[] = {{ZOO_PERM_ALL, {g_auth_scheme, g_auth_id}},
+                                  {ZOO_PERM_READ, {g_world_scheme, g_world_id}}};
+ACL_vector CREATOR_ALL_WORLD_READ_ACL{2, g_creator_all_world_read};
 
-ACL_vector* contender_acl(session_impl&) { return &ZOO_OPEN_ACL_UNSAFE; }
+/// Returns: the ACL of the nodes zklock creates: creator-all + world-read with credentials
+/// (see above), ZOO_OPEN_ACL_UNSAFE without.
+ACL_vector* contender_acl(session_impl& s) {
+  return s.opts.auth ? &CREATOR_ALL_WORLD_READ_ACL : &ZOO_OPEN_ACL_UNSAFE;
+}
 
 /// Creates every missing ancestor of `path` and `path` itself as container nodes.
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,

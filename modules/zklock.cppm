@@ -8,6 +8,7 @@ export import :watch;       // policy: watch the predecessor, or the lock node's
 export import :wakeup;      // policy: condition variable, or a one-shot latch per wait
 export import :reentrancy;  // policy: none, per thread, counted owner
 export import :timeout;     // policy: how long a blocking lock() waits
+export import :hooks;       // policy: observability (wait, hold, queue position, wake-ups, requests)
 export import :engine;      // basic_mutex, basic_shared_mutex, basic_counting_semaphore: one algorithm
 export import :aliases;     // mutex, recursive_mutex, owner_mutex, shared_mutex, counting_semaphore
 

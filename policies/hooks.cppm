@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:hooks — what a lock reports about itself (observability), at no cost when unused.
+//
+//   no_hooks        The default: nothing is measured (every measurement is compiled out).
+//   Your own hooks  A stateless struct with `static constexpr bool enabled = true;` and two static
+//                   noexcept functions, on_acquire(const acquire_stats&) and
+//                   on_release(const release_stats&), called on the acquiring / releasing thread
+//                   after each acquire attempt and each final release. Forward them to your
+//                   metrics library; keep them short (they run with no lock of ours held).
+//   Example:        struct prom_hooks { static constexpr bool enabled = true;
+//                     static void on_acquire(const zklock::acquire_stats& s) noexcept { wait_hist.observe(s.wait); }
+//                     static void on_release(const zklock::release_stats& s) noexcept { hold_hist.observe(s.held); } };
+//                   using observed_mutex = zklock::basic_mutex<zklock::watch_predecessor,
+//                       zklock::wake_condition_variable, zklock::reentrancy_none, zklock::timeout_forever, prom_hooks>;
+module;
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+export module zklock:hooks;
+
+export namespace zklock {
+
+/// One acquire attempt (re-entries are not reported: they cost nothing).
+struct acquire_stats {
+  std::string_view path;                      ///< the lock node
+  std::chrono::steady_clock::duration wait{};  ///< from the call to the grant (or the give-up)
+  std::size_t queue_position = 0;             ///< contenders ahead of us at the first listing
+  std::size_t wakeups = 0;                    ///< watch firings that made us re-evaluate
+  std::size_t requests = 0;                   ///< ZooKeeper requests the attempt sent
+  bool acquired = false;                      ///< false: timed out (nothing left behind)
+};
+
+/// One final release of a hold.
+struct release_stats {
+  std::string_view path;                      ///< the lock node
+  std::chrono::steady_clock::duration held{};  ///< from the grant to the release
+};
+
+/// Observability hooks: a stateless type that says whether it is enabled and takes the reports.
+template <class P>
+concept Hooks = std::is_empty_v<P> && requires(const acquire_stats& a, const release_stats& r) {
+  { P::enabled } -> std::convertible_to<bool>;
+  { P::on_acquire(a) } noexcept;
+  { P::on_release(r) } noexcept;
+};
+
+/// No observability, no cost (the default).
+struct no_hooks {
+  static constexpr bool enabled = false;
+  static void on_acquire(const acquire_stats&) noexcept {}
+  static void on_release(const release_stats&) noexcept {}
+};
+
+}  // namespace zklock
