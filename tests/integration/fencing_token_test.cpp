@@ -18,15 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class W, class K>
-struct combo {
-  using mutex = zklock::basic_mutex<W, K>;
-  using shared_mutex = zklock::basic_shared_mutex<W, K>;
-};
-using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
-                                combo<zklock::watch_predecessor, zklock::wake_latch>,
-                                combo<zklock::watch_children, zklock::wake_condition_variable>,
-                                combo<zklock::watch_children, zklock::wake_latch>>;
+using zkt::combos;
 
 template <class C>
 class FencingToken : public ::testing::Test {};

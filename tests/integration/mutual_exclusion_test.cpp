@@ -12,14 +12,7 @@
 
 namespace {
 
-template <class W, class K>
-struct combo {
-  using mutex = zklock::basic_mutex<W, K>;
-};
-using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
-                                combo<zklock::watch_predecessor, zklock::wake_latch>,
-                                combo<zklock::watch_children, zklock::wake_condition_variable>,
-                                combo<zklock::watch_children, zklock::wake_latch>>;
+using zkt::combos;
 
 template <class C>
 class MutualExclusion : public ::testing::Test {};

@@ -21,33 +21,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class W, class K>
-struct combo {
-  using mutex = zklock::basic_mutex<W, K>;
-  using timed_mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
-  using shared_mutex = zklock::basic_shared_mutex<W, K>;
-  using semaphore = zklock::basic_counting_semaphore<W, K>;
-  /// Whether waiters set data watches, which the server's "wchp" lists (it omits children watches).
-  static constexpr bool watches_nodes = W::kind == zklock::watch_kind::predecessor;
-};
-using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
-                                combo<zklock::watch_predecessor, zklock::wake_latch>,
-                                combo<zklock::watch_children, zklock::wake_condition_variable>,
-                                combo<zklock::watch_children, zklock::wake_latch>>;
+using zkt::combos;
+using zkt::await_children;
 
 template <class C>
 class NoLeftovers : public ::testing::Test {};
 TYPED_TEST_SUITE(NoLeftovers, combos);
-
-/// Polls until `path` has `n` children. Returns: whether it happened within 30 s.
-bool await_children(const std::string& path, std::size_t n) {
-  const auto limit = std::chrono::steady_clock::now() + 30s;
-  while (zkt::children(path).size() != n) {
-    if (std::chrono::steady_clock::now() > limit) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 /// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
 /// ("wchp" prints each watched path, then one tab-indented 0x... session id per line.)

@@ -16,32 +16,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class W, class K>
-struct combo {
-  template <class R>
-  using mutex = zklock::basic_mutex<W, K, R>;
-  using recursive = mutex<zklock::reentrancy_per_thread>;
-  using plain = mutex<zklock::reentrancy_none>;
-  using owner = mutex<zklock::reentrancy_counted_owner>;
-};
-using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
-                                combo<zklock::watch_predecessor, zklock::wake_latch>,
-                                combo<zklock::watch_children, zklock::wake_condition_variable>,
-                                combo<zklock::watch_children, zklock::wake_latch>>;
+using zkt::combos;
+using zkt::await_children;
 
 template <class C>
 class Reentrancy : public ::testing::Test {};
 TYPED_TEST_SUITE(Reentrancy, combos);
-
-/// Polls until `path` has `n` children. Returns: whether it happened within 30 s.
-bool await_children(const std::string& path, std::size_t n) {
-  const auto limit = std::chrono::steady_clock::now() + 30s;
-  while (zkt::children(path).size() != n) {
-    if (std::chrono::steady_clock::now() > limit) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // Per thread: three entries, one node; the node goes with the third unlock, not before.
 TYPED_TEST(Reentrancy, PerThreadReentersThreeTimes) {

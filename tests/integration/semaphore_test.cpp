@@ -19,28 +19,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class W, class K>
-struct combo {
-  using semaphore = zklock::basic_counting_semaphore<W, K>;
-};
-using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
-                                combo<zklock::watch_predecessor, zklock::wake_latch>,
-                                combo<zklock::watch_children, zklock::wake_condition_variable>,
-                                combo<zklock::watch_children, zklock::wake_latch>>;
+using zkt::combos;
+using zkt::await_children;
 
 template <class C>
 class Semaphore : public ::testing::Test {};
 TYPED_TEST_SUITE(Semaphore, combos);
-
-/// Polls until `path` has `n` children. Returns: whether it happened within 30 s.
-bool await_children(const std::string& path, std::size_t n) {
-  const auto limit = std::chrono::steady_clock::now() + 30s;
-  while (zkt::children(path).size() != n) {
-    if (std::chrono::steady_clock::now() > limit) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 /// Returns: the code of the std::system_error `f` throws (a default code if it throws none).
 template <class F>

@@ -327,3 +327,87 @@ int private_server::kill_leader() { return std::stoi(tool("kill-leader \"$D\""))
 bool remove(const std::string& path) { return zoo_delete(observer(), path.c_str(), -1) == ZOK; }
 
 }  // namespace zkt
+
+namespace zkt {
+
+std::optional<std::vector<acl_entry>> acl_of(const std::string& path) {
+  ACL_vector acl{};
+  struct Stat st {};
+  if (zoo_get_acl(observer(), path.c_str(), &acl, &st) != ZOK) return std::nullopt;
+  std::vector<acl_entry> out;
+  for (int i = 0; i < acl.count; ++i)
+    out.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
+                   acl.data[i].id.id ? acl.data[i].id.id : ""});
+  deallocate_ACL_vector(&acl);
+  return out;
+}
+
+raw_client::raw_client(std::string_view user, std::string_view password) {
+  zhandle_t* zh = open_handle();
+  if (zoo_state(zh) != ZOO_CONNECTED_STATE) {
+    zookeeper_close(zh);
+    throw std::runtime_error("raw_client: not connected");
+  }
+  if (!user.empty()) {
+    const std::string cred = std::string{user} + ":" + std::string{password};
+    auto reply = std::make_shared<auth_reply>();
+    auto* held = new std::shared_ptr<auth_reply>(reply);  // freed by auth_done
+    int rc = zoo_add_auth(zh, "digest", cred.data(), static_cast<int>(cred.size()), &auth_done, held);
+    if (rc == ZOK) {
+      std::unique_lock lk{reply->mu};
+      rc = reply->cv.wait_for(lk, std::chrono::seconds{10}, [&] { return reply->done; }) ? reply->rc
+                                                                                        : ZOPERATIONTIMEOUT;
+    } else {
+      delete held;
+    }
+    if (rc != ZOK) {
+      zookeeper_close(zh);  // runs any completion still pending
+      throw std::runtime_error("raw_client: addauth failed: " + std::to_string(rc));
+    }
+  }
+  zh_ = zh;
+}
+
+raw_client::~raw_client() { zookeeper_close(static_cast<zhandle_t*>(zh_)); }
+
+int raw_client::remove(const std::string& path) { return zoo_delete(static_cast<zhandle_t*>(zh_), path.c_str(), -1); }
+
+int raw_client::create_with_world(const std::string& path, int world_perms) {
+  char auth_scheme[] = "auth", auth_id[] = "", world_scheme[] = "world", world_id[] = "anyone";
+  ACL entries[] = {{ZOO_PERM_ALL, {auth_scheme, auth_id}}, {world_perms, {world_scheme, world_id}}};
+  ACL_vector acl{2, entries};
+  return zoo_create(static_cast<zhandle_t*>(zh_), path.c_str(), nullptr, -1, &acl, 0, nullptr, 0);
+}
+
+}  // namespace zkt
+
+namespace zkt {
+
+bool await_children(const std::string& path, std::size_t n, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (children(path).size() != n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace zkt
+
+namespace zkt {
+
+bool expire_session(std::int64_t id, std::string_view password, std::chrono::milliseconds limit) {
+  clientid_t cid{};
+  cid.client_id = id;
+  std::memcpy(cid.passwd, password.data(), std::min(password.size(), sizeof cid.passwd));
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  do {
+    zhandle_t* zh = open_handle(&cid);  // waits until connected or told "expired"
+    const int state = zoo_state(zh);
+    zookeeper_close(zh);  // connected: closing ends the session on the server
+    if (state == ZOO_EXPIRED_SESSION_STATE) return true;
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
+}  // namespace zkt

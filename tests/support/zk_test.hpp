@@ -114,3 +114,82 @@ class private_server {
 bool remove(const std::string& path);
 
 }  // namespace zkt
+
+namespace zkt {
+
+/// ZooKeeper's permission bits, for ACL tests.
+namespace perm {
+inline constexpr int read = 1, write = 2, create = 4, remove = 8, admin = 16, all = 31;
+}
+
+/// One entry of a node's ACL, as the server stores it (a digest id reads "user:base64(sha1)").
+struct acl_entry {
+  int perms = 0;
+  std::string scheme;
+  std::string id;
+};
+
+/// Returns: the ACL of `path` (read without credentials), or nullopt if the call failed.
+std::optional<std::vector<acl_entry>> acl_of(const std::string& path);
+
+/// A raw C-client handle, authenticated as digest `user:password` or, with an empty user, not at
+/// all: a stranger that bypasses zklock (e.g. to delete someone else's contender node).
+class raw_client {
+ public:
+  /// Effects: connects (and sends the credentials). Throws: std::runtime_error on failure.
+  explicit raw_client(std::string_view user = {}, std::string_view password = {});
+  ~raw_client();
+  raw_client(const raw_client&) = delete;
+  raw_client& operator=(const raw_client&) = delete;
+
+  /// Effects: deletes `path` (any version). Returns: the C client's return code (0 = ZOK; -102 =
+  /// ZNOAUTH, the same number as zklock::errc::no_auth).
+  int remove(const std::string& path);
+
+  /// Effects: creates the persistent node `path` whose ACL gives this client's identity every
+  /// permission and everybody else `world_perms` (perm:: bits). Returns: the C client's return code.
+  int create_with_world(const std::string& path, int world_perms);
+
+ private:
+  void* zh_;  // zhandle_t*
+};
+
+}  // namespace zkt
+
+namespace zkt {
+
+/// The lock types of one watch strategy x wake-up combination, for typed tests over all four.
+template <class W, class K>
+struct combo {
+  using mutex = zklock::basic_mutex<W, K>;
+  using plain = mutex;
+  using recursive = zklock::basic_mutex<W, K, zklock::reentrancy_per_thread>;
+  using owner = zklock::basic_mutex<W, K, zklock::reentrancy_counted_owner>;
+  using shared_mutex = zklock::basic_shared_mutex<W, K>;
+  using semaphore = zklock::basic_counting_semaphore<W, K>;
+  using timed_mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
+  /// Whether waiters set data watches, which the server's "wchp" lists (it omits children watches).
+  static constexpr bool watches_nodes = W::kind == zklock::watch_kind::predecessor;
+};
+using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_condition_variable>,
+                                combo<zklock::watch_predecessor, zklock::wake_latch>,
+                                combo<zklock::watch_children, zklock::wake_condition_variable>,
+                                combo<zklock::watch_children, zklock::wake_latch>>;
+
+/// Polls (yielding) until `path` has `n` children. Returns: whether it happened within `limit`.
+bool await_children(const std::string& path, std::size_t n,
+                    std::chrono::milliseconds limit = std::chrono::seconds{30});
+
+}  // namespace zkt
+
+namespace zkt {
+
+/// Effects: ends the session `id` (with its 16-byte `password`, see zklock::detail::session_password)
+/// on the server from outside the process that owns it: attaches a second handle with the same
+/// credentials and closes it, until a handle attaching with them is told the session expired.
+/// Stop (SIGSTOP) the owner meanwhile, or its client may win the session back.
+/// Returns: whether the server confirmed the expiry within `limit`.
+bool expire_session(std::int64_t id, std::string_view password,
+                    std::chrono::milliseconds limit = std::chrono::seconds{30});
+
+}  // namespace zkt
