@@ -123,14 +123,18 @@ void release_node(session& s, const held_node& n) noexcept;
 /// a suspension longer than the loss tolerance, close); already fired if that generation is over.
 std::stop_token loss_token(const session& s, std::uint64_t generation);
 
+/// Effects: calls request_stop() on `stop` on the session's own thread (soon, not now).
+void run_on_session_thread(session& s, std::stop_source stop) noexcept;
+
 /// The loss signal of one hold: fires when its session generation is lost, or (once watched) when
 /// its node is deleted by someone else. Quiet after release().
 class hold_guard final : public wake_target {
  public:
-  explicit hold_guard(std::stop_token session_loss) : link_(std::move(session_loss), stopper{&source_}) {}
-  /// Effects: the node's watch fired (deleted or changed by someone else, or session ended).
+  hold_guard(session& s, std::stop_token session_loss) : s_(s), link_(std::move(session_loss), stopper{&source_}) {}
+  /// Effects: the node's watch fired (deleted or changed by someone else, or session ended). The
+  /// stop (and so the users' stop callbacks) runs on the session's thread, never ZooKeeper's.
   void wake() noexcept override {
-    if (!released_.load(std::memory_order_acquire)) source_.request_stop();
+    if (!released_.load(std::memory_order_acquire)) run_on_session_thread(s_, source_);
   }
   /// Effects: from now on nothing fires (the hold was released by its owner).
   void release() noexcept { released_.store(true, std::memory_order_release); }
@@ -146,6 +150,7 @@ class hold_guard final : public wake_target {
     std::stop_source* s;
     void operator()() const noexcept { s->request_stop(); }
   };
+  session& s_;
   std::stop_source source_;
   std::atomic<bool> released_{false};
   std::atomic<bool> watched_{false};
@@ -168,5 +173,17 @@ std::string session_password(const session& s);
 
 /// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
 std::string contender_data();
+
+/// A node's data and the stat fields that tools show (the `zklock ls` command).
+struct node_info {
+  std::string data;                  ///< up to 4 KiB of the node's data
+  std::int64_t czxid = 0;            ///< creation zxid (a contender's fencing token)
+  std::int64_t ephemeral_owner = 0;  ///< session id of an ephemeral node's owner, else 0
+};
+
+/// Returns: `path`'s data and stat, or nullopt if the node does not exist. Waits through a
+/// connection loss for up to the session's connect_timeout.
+/// Throws: std::system_error (operation_timeout after that wait, session or server failures).
+std::optional<node_info> read_node(session& s, const std::string& path);
 
 }  // namespace zklock::detail

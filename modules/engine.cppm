@@ -324,7 +324,7 @@ class lock_side {
     std::shared_ptr<hold_guard> guard;
     if (ok) {
       try {
-        guard = std::make_shared<hold_guard>(loss_token(s_, n->generation));
+        guard = std::make_shared<hold_guard>(s_, loss_token(s_, n->generation));
       } catch (...) {
         release_node(s_, *n);
         book_.finish(std::nullopt);
@@ -340,7 +340,7 @@ class lock_side {
   bool adopt(const held_node& n, clock::time_point deadline) {
     const auto st = book_.begin(deadline);
     if (!st) return false;
-    if (*st == hold_book<R>::start::acquire) book_.finish(n, std::make_shared<hold_guard>(loss_token(s_, n.generation)));
+    if (*st == hold_book<R>::start::acquire) book_.finish(n, std::make_shared<hold_guard>(s_, loss_token(s_, n.generation)));
     return true;
   }
 

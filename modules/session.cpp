@@ -251,6 +251,7 @@ struct session_impl {
   std::chrono::milliseconds negotiated{0};
   std::deque<session_state> events;
   std::vector<pending_delete> pending;
+  std::vector<std::stop_source> stops;  // to request on the worker (from watch callbacks)
   std::stop_source loss;          // of the current generation: fired when its holds are lost
   clock::time_point suspended_at{};  // when the current suspension began
   bool reopen_due = false;        // expired: open a new handle (after a failed attempt: again)
@@ -462,7 +463,8 @@ struct session_impl {
     std::unique_lock lk{mu};
     for (;;) {
       auto wake_now = [&] {
-        return stop_worker || !events.empty() || reopen_due || (!pending.empty() && st == session_state::connected);
+        return stop_worker || !events.empty() || reopen_due || !stops.empty() ||
+               (!pending.empty() && st == session_state::connected);
       };
       if (st == session_state::suspended && !loss.stop_requested()) {
         // The client does not report expiry while it cannot reach a server: keep our own clock.
@@ -481,7 +483,7 @@ struct session_impl {
           continue;
         }
       } else if (!pending.empty() && st == session_state::connected) {
-        cv.wait_for(lk, std::chrono::milliseconds{200}, [&] { return stop_worker || !events.empty(); });
+        cv.wait_for(lk, std::chrono::milliseconds{200}, [&] { return stop_worker || !events.empty() || !stops.empty(); });
       } else {
         cv.wait(lk, wake_now);
       }
@@ -498,6 +500,14 @@ struct session_impl {
         }
         lk.unlock();
         notify_listeners(s);
+        lk.lock();
+        if (stop_worker) return;
+      }
+      if (!stops.empty()) {
+        auto todo = std::move(stops);
+        stops.clear();
+        lk.unlock();
+        for (auto& st0 : todo) st0.request_stop();  // users' stop callbacks run here
         lk.lock();
         if (stop_worker) return;
       }
@@ -986,6 +996,22 @@ void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<ho
   }
 }
 
+void run_on_session_thread(session& sess, std::stop_source stop) noexcept {
+  session_impl& s = sess.impl();
+  std::unique_lock lk{s.mu};
+  if (s.closed) {  // no worker any more: the session is closed, every hold is lost anyway
+    lk.unlock();
+    stop.request_stop();
+    return;
+  }
+  try {
+    s.stops.push_back(std::move(stop));
+  } catch (...) {
+    return;
+  }
+  s.cv.notify_all();
+}
+
 std::stop_token loss_token(const session& sess, std::uint64_t generation) {
   session_impl& s = sess.impl();
   std::lock_guard lk{s.mu};
@@ -1035,6 +1061,23 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
     if (!rc3) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
     if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, "zklock: creating semaphore " + path);
   }
+}
+
+std::optional<node_info> read_node(session& sess, const std::string& path) {
+  session_impl& s = sess.impl();
+  const auto deadline = clock::now() + s.opts.connect_timeout;
+  std::string buf(4096, '\0');
+  int len = 0;
+  struct Stat st {};
+  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+    len = static_cast<int>(buf.size());
+    return zoo_get(zh, path.c_str(), 0, buf.data(), &len, &st);
+  });
+  if (!rc) throw_error(errc::operation_timeout, "zklock: reading " + path);
+  if (*rc == ZNONODE) return std::nullopt;
+  if (*rc != ZOK) fail(*rc, "zklock: reading " + path);
+  buf.resize(static_cast<std::size_t>(std::max(len, 0)));
+  return node_info{std::move(buf), st.czxid, st.ephemeralOwner};
 }
 
 }  // namespace detail

@@ -163,3 +163,54 @@ TEST(LostLock, SharedMutexAndNotHeld) {
 }
 
 }  // namespace
+
+namespace {
+
+// A user's stop callback that blocks must not stall ZooKeeper's event thread: watches of other
+// locks on the same session still arrive and hand locks over meanwhile.
+TEST(LostLock, BlockingStopCallbackDoesNotStallTheEventThread) {
+  zkt::private_server zk;
+  zklock::session s{opts(4000ms)};
+  zklock::session other_s{opts(4000ms)};
+  const auto lost_path = zkt::unique_path("lost-blocking-cb");
+  const auto busy_path = zkt::unique_path("lost-busy");
+  zklock::mutex m{s, lost_path};
+  m.lock();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  std::stop_callback blocker{m.lost_token(), [&] {
+                               std::unique_lock lk{mu};
+                               entered = true;
+                               cv.notify_all();
+                               cv.wait(lk, [&] { return release; });  // blocks whatever thread runs it
+                             }};
+  const auto kids = zkt::children(lost_path);
+  ASSERT_EQ(kids.size(), 1u);
+  ASSERT_TRUE(zkt::remove(lost_path + "/" + kids[0]));
+  {
+    std::unique_lock lk{mu};
+    ASSERT_TRUE(cv.wait_for(lk, 30s, [&] { return entered; }));
+  }
+  // The callback is blocked now. A handoff on the same session needs a watch delivered by the
+  // event thread.
+  zklock::mutex holder{other_s, busy_path};
+  zklock::mutex waiter{s, busy_path};
+  holder.lock();
+  std::jthread t{[&] {
+    const bool got = waiter.try_lock_for(30s);
+    EXPECT_TRUE(got);
+    if (got) waiter.unlock();
+  }};
+  ASSERT_TRUE(zkt::await_children(busy_path, 2));
+  holder.unlock();
+  t.join();
+  {
+    std::lock_guard lk{mu};
+    release = true;
+  }
+  cv.notify_all();
+  m.unlock();
+}
+
+}  // namespace
