@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""zklock against the peers: ratio table of the headline metrics of peer benchmark runs.
+
+  ratios.py OUTDIR [OUTDIR ...]
+
+Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
+several dirs every value is the median over the runs. zklock libs are those whose name starts with
+"zklock" (zklock = predecessor watch, zklock-children = children watch); peers: curator, kazoo.
+A ratio is zklock / peer; the "better" column says which direction favours zklock.
+Standard library only.
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+PEERS = ["curator", "kazoo"]
+
+# (scenario, field, label, better)
+METRICS = [
+    ("a_uncontended", "ops_s", "(a) uncontended cycles/s", "higher"),
+    ("a_uncontended", "p50_us", "(a) acquire+release p50 us", "lower"),
+    ("c_contended_T2", "handoffs_s", "(c) T=2 handoffs/s", "higher"),
+    ("c_contended_T8", "handoffs_s", "(c) T=8 handoffs/s", "higher"),
+    ("c_contended_T32", "handoffs_s", "(c) T=32 handoffs/s", "higher"),
+    ("d_rwlock", "ops_s", "(d) r/w 90:10 ops/s", "higher"),
+    ("e_semaphore_hold0", "leases_s", "(e) semaphore hold 0: leases/s", "higher"),
+    ("e_semaphore_hold20", "leases_s", "(e) semaphore hold 20 ms: leases/s", "higher"),
+    ("g_herd", "handoff_p50_us", "(g) herd handoff p50 us", "lower"),
+]
+OPS = ["mutex_acquire_release", "mutex_new_lock_object_per_use", "reentrant_acq2_rel2", "read_acquire_release",
+       "write_acquire_release", "semaphore_acquire_return", "failed_try0", "failed_timed20ms",
+       "blocking_acquire_after_wait_release"]
+METRICS += [("o_opcount_" + p, "zk_requests_per_cycle", "(o) requests: " + p, "lower") for p in OPS]
+# kazoo 2.8.0's stock read/write lock deadlocks; its harness also measures it with the PR #650 fix.
+PATCHED = {("kazoo", "d_rwlock"): "d_rwlock_pr650fix"}
+CPU = [("a_uncontended", "(a)"), ("b_reentrant", "(b)"), ("c_contended_T2", "(c) T=2"), ("c_contended_T8", "(c) T=8"),
+       ("c_contended_T32", "(c) T=32"), ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20")]
+
+
+def load(d):
+    res = {}
+    for f in sorted(glob.glob(os.path.join(d, "*.jsonl"))):
+        with open(f) as fh:
+            for line in fh:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue
+                if "lib" in o and "scenario" in o:
+                    res[(o["lib"], o["scenario"])] = o
+    return res
+
+
+def value(runs, lib, scen, key):
+    vals = []
+    for r in runs:
+        v = r.get((lib, scen), {}).get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals.append(float(v))
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    return "%.0f" % v if abs(v) >= 100 else ("%.1f" % v if abs(v) >= 10 else "%.2f" % v)
+
+
+def ratio(a, b):
+    if a is None or b is None:
+        return "-"
+    if b == 0:
+        return "inf" if a else "-"
+    return "%.2fx" % (a / b)
+
+
+def main():
+    dirs = sys.argv[1:]
+    if not dirs:
+        print(__doc__)
+        sys.exit(2)
+    runs = [load(d) for d in dirs]
+    libs = []
+    for r in runs:
+        for (lib, _) in r:
+            if lib not in libs:
+                libs.append(lib)
+    mine = [lib for lib in libs if lib.startswith("zklock")]
+    peers = [p for p in PEERS if p in libs]
+    if not mine:
+        print("no zklock results in " + ", ".join(dirs))
+        sys.exit(1)
+    print("zklock / peer ratios (%s%s)" % (", ".join(dirs), "; medians of %d runs" % len(runs) if len(runs) > 1 else ""))
+    for lib in mine + peers:
+        loads = [r.get((lib, "env"), {}).get("loadavg") for r in runs]
+        print("  %s: loadavg at process start %s" % (lib, " | ".join(str(x) for x in loads)))
+    print()
+    hdr = ["metric", "better"] + peers
+    for m in mine:
+        hdr += [m] + ["%s/%s" % (m, p) for p in peers]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for scen, key, label, better in METRICS:
+        if not any((lib, scen) in r for r in runs for lib in libs):
+            continue
+        pv = {p: value(runs, p, scen, key) for p in peers}
+        cells = [label, better] + [fmt(pv[p]) for p in peers]
+        for m in mine:
+            mv = value(runs, m, scen, key)
+            cells += [fmt(mv)] + [ratio(mv, pv[p]) for p in peers]
+        print("| " + " | ".join(cells) + " |")
+        for p in peers:
+            alt = PATCHED.get((p, scen))
+            if alt and any((p, alt) in r for r in runs):
+                av = value(runs, p, alt, key)
+                cells = [label + ", %s with PR#650 fix" % p, better]
+                cells += [fmt(av) if q == p else "" for q in peers]
+                for m in mine:
+                    cells += [""] + [ratio(value(runs, m, scen, key), av) if q == p else "" for q in peers]
+                print("| " + " | ".join(cells) + " |")
+    print()
+    print("zklock client CPU (user+sys of the whole runner process, C client threads included) per acquisition, us:")
+    print()
+    print("| scenario | " + " | ".join(mine) + " |")
+    print("|---|" + "---|" * len(mine))
+    for scen, label in CPU:
+        if any((m, scen) in r for r in runs for m in mine):
+            print("| %s | %s |" % (label, " | ".join(fmt(value(runs, m, scen, "cpu_us_per_acq")) for m in mine)))
+
+
+if __name__ == "__main__":
+    main()
