@@ -173,7 +173,8 @@ class hold_book {
   /// Effects: re-enters a hold of the caller, or reserves the caller's slot for an acquire
   /// (waiting for another thread's acquire of the same owner to finish first).
   /// Returns: reentered, acquire, or nullopt if `deadline` passed while waiting.
-  /// Throws: resource_deadlock_would_occur if the caller holds and R is not re-entrant.
+  /// Throws: resource_deadlock_would_occur if the caller holds and R is not re-entrant;
+  /// errc::lock_lost if the caller's hold was lost (it must unlock() first).
   std::optional<start> begin(clock::time_point deadline) {
     std::unique_lock lk{mu_};
     const auto key = owner();
@@ -181,6 +182,8 @@ class hold_book {
       auto it = holds_.find(key);
       if (it == holds_.end()) break;
       if (!it->second.acquiring) {
+        if (it->second.guard && it->second.guard->lost())  // never count on a lease that ended
+          throw_error(errc::lock_lost, "zklock: the caller's hold of this lock was lost; unlock() it first");
         if constexpr (!R::reentrant)
           throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                                   "zklock: the caller already holds this lock");

@@ -214,3 +214,33 @@ TEST(LostLock, BlockingStopCallbackDoesNotStallTheEventThread) {
 }
 
 }  // namespace
+
+namespace {
+
+// After a loss, re-entering must not "succeed" locally while another client may hold the lock.
+TEST(LostLock, ReentryOnALostHoldThrowsLockLost) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-reentry");
+  zklock::session s{opts(2000ms)};
+  zklock::recursive_mutex m{s, path};
+  m.lock();
+  loss_probe probe{m.lost_token()};
+  ASSERT_TRUE(zkt::expire(s));
+  ASSERT_TRUE(probe.wait(30s));
+  zklock::session other_s{opts(2000ms)};
+  zklock::mutex other{other_s, path};
+  ASSERT_TRUE(other.try_lock_for(30s));
+  try {
+    m.lock();
+    ADD_FAILURE() << "re-entered a lost hold while another client holds the lock";
+    m.unlock();
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::errc::lock_lost);
+  }
+  m.unlock();  // the outer hold: quiet, and the object is usable again
+  other.unlock();
+  EXPECT_TRUE(m.try_lock_for(30s));
+  m.unlock();
+}
+
+}  // namespace
