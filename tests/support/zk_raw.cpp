@@ -304,6 +304,8 @@ private_server::private_server(int nodes, int tick_ms) {
 private_server::~private_server() {
   try {
     tool("stop \"$D\"");
+    std::error_code ec;
+    std::filesystem::remove_all(dir_.substr(dir_.find('\x1f') + 1), ec);  // data, logs, config
   } catch (...) {
   }
   if (saved_.empty())

@@ -1,0 +1,1006 @@
+// SPDX-License-Identifier: Apache-2.0
+// Chaos: four contender processes take one zklock::mutex in a loop, each with a short session,
+// while the test pauses (SIGSTOP), expires or kills whoever holds it. Every grant, loss, release
+// and fenced write is logged; chaos_checker.hpp then proves that fencing tokens strictly increase,
+// no two live holders overlap, no accepted fenced write goes backwards and nothing is left under
+// the lock node. The checker has teeth: the same harness run with a lock that also "holds" when
+// second in line must fail it, and hand-made logs show each check firing.
+//
+// The binary re-executes itself as the contenders (`--zklock-chaos-child`, see main()). The fenced
+// store is a thread of the test process serving a UNIX socket: it accepts a write only if its
+// token is at least the highest it accepted, and logs each decision. ZKLOCK_FAULT_SCALE (default 1)
+// stretches session timeouts and the run's duration on a slow machine.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+#include "chaos_checker.hpp"
+#include "zk_test.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr std::string_view child_flag = "--zklock-chaos-child";
+constexpr int writes_per_hold = 2;
+
+// ---- small system helpers --------------------------------------------------------------------
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+/// Returns: CLOCK_MONOTONIC in nanoseconds: one clock for every process of this machine.
+std::int64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// Effects: writes all of `s` to the file `fd`.
+void write_fd(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("write");
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+/// Effects: sends all of `s` on the socket `fd` (no SIGPIPE if the peer is gone: an exception).
+void send_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {  // a non-blocking socket is full
+      pollfd p{fd, POLLOUT, 0};
+      (void)::poll(&p, 1, -1);
+      continue;
+    }
+    if (n < 0) throw_errno("send");
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+/// Effects: writes `lines` to the file `path`, one per line.
+void write_lines(const std::filesystem::path& path, const std::vector<std::string>& lines) {
+  std::ofstream out{path};
+  for (const auto& l : lines) out << l << '\n';
+}
+
+/// Returns: the complete lines of `file` (a line still being written is left out).
+std::vector<std::string> read_lines(const std::string& file) {
+  std::ifstream in{file, std::ios::binary};
+  std::string all{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  std::vector<std::string> out;
+  std::size_t b = 0;
+  for (std::size_t nl; (nl = all.find('\n', b)) != std::string::npos; b = nl + 1) out.push_back(all.substr(b, nl - b));
+  return out;
+}
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string from_hex(std::string_view hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(std::string{hex.substr(i, 2)}, nullptr, 16));
+  return out;
+}
+
+/// Returns: ZKLOCK_FAULT_SCALE (default 1, clamped to 0.5..10).
+double fault_scale() {
+  const char* s = std::getenv("ZKLOCK_FAULT_SCALE");
+  double v = s && *s ? std::strtod(s, nullptr) : 1.0;
+  if (!(v >= 0.5)) v = v > 0 ? 0.5 : 1.0;
+  return std::min(v, 10.0);
+}
+
+milliseconds scaled(milliseconds d) { return milliseconds{static_cast<std::int64_t>(static_cast<double>(d.count()) * fault_scale())}; }
+
+/// The contenders' session timeout (the private server's tick of 100 ms allows 200..2000 ms).
+milliseconds session_timeout() { return std::min(scaled(1500ms), milliseconds{2000}); }
+
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) throw std::invalid_argument("socket path too long: " + path);
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child side: `<self> --zklock-chaos-child PARENT_PID contender WHO LOCK LOG SOCKET TIMEOUT_MS
+// real|second-in-line SEED`. Stops when its stdin becomes readable (the parent closed it).
+
+/// The contender's event log: one write(2) per line on an O_APPEND file, from any thread.
+class event_log {
+ public:
+  explicit event_log(const std::string& file) : fd_(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw_errno("open " + file);
+  }
+  ~event_log() { ::close(fd_); }
+  event_log(const event_log&) = delete;
+  event_log& operator=(const event_log&) = delete;
+  void line(const std::string& s) const noexcept {
+    try {
+      write_fd(fd_, s + "\n");
+    } catch (...) {  // a log line lost: the checker then sees a hold without its end (stricter)
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+/// The contender's end of the fenced store.
+class store_client {
+ public:
+  explicit store_client(const std::string& socket_path) : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (fd_ < 0) throw_errno("socket");
+    const auto a = unix_address(socket_path);
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      throw_errno("connect " + socket_path);
+    }
+  }
+  ~store_client() { ::close(fd_); }
+  store_client(const store_client&) = delete;
+  store_client& operator=(const store_client&) = delete;
+
+  /// Returns: whether the store accepted a write fenced by `token`.
+  bool write(int who, std::int64_t token) {
+    send_all(fd_, "W " + std::to_string(who) + " " + std::to_string(token) + "\n");
+    char c = 0;
+    for (;;) {
+      const ssize_t n = ::recv(fd_, &c, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("the fenced store hung up");
+      if (c == '\n') break;
+      reply_ = c;
+    }
+    return reply_ == 'A';
+  }
+
+ private:
+  int fd_;
+  char reply_ = 0;
+};
+
+/// Wakes a thread waiting for a watch of the broken lock below.
+class waker final : public zklock::detail::wake_target {
+ public:
+  void wake() noexcept override {
+    {
+      std::lock_guard lk{mu_};
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait_for(milliseconds d) {
+    std::unique_lock lk{mu_};
+    cv_.wait_for(lk, d, [&] { return woken_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool woken_ = false;
+};
+
+/// A deliberately broken lock for the checker's teeth: zklock's own recipe pieces, except that
+/// the contender second in line believes it holds the lock too. Same interface as zklock::mutex.
+class second_in_line_mutex {
+ public:
+  second_in_line_mutex(zklock::session& s, std::string path) : s_(s), path_(std::move(path)) {}
+  ~second_in_line_mutex() { unlock(); }
+  second_in_line_mutex(const second_in_line_mutex&) = delete;
+  second_in_line_mutex& operator=(const second_in_line_mutex&) = delete;
+
+  void lock() {
+    namespace d = zklock::detail;
+    const auto forever = d::clock::time_point::max();
+    auto n = d::create_contender(s_, path_, d::contender_prefix(d::contender_kind::lock), d::contender_data(), forever);
+    if (!n) throw std::runtime_error("create_contender gave up without a deadline");
+    const std::string self = n->path.substr(path_.size() + 1);
+    try {
+      for (;;) {
+        auto w = std::make_shared<waker>();
+        const auto kids = d::list_children(s_, path_, w, forever);
+        const auto queue = d::sorted_contenders(kids.value(), d::kind_bit(d::contender_kind::lock));
+        std::size_t me = queue.size();
+        for (std::size_t i = 0; i < queue.size(); ++i)
+          if (queue[i].name == self) me = i;
+        if (me == queue.size()) zklock::throw_error(zklock::errc::lock_lost, "second_in_line_mutex: our node vanished");
+        if (me <= 1) {  // THE BUG: first or second in line counts as held
+          d::drop_watch(s_, path_, true, w.get());
+          guard_ = std::make_shared<d::hold_guard>(s_, d::loss_token(s_, n->generation));
+          d::watch_held_node(s_, *n, guard_);
+          node_ = std::move(n);
+          return;
+        }
+        w->wait_for(1s);  // a children watch wakes it; the bound only covers a missed wake-up
+        d::drop_watch(s_, path_, true, w.get());
+      }
+    } catch (...) {
+      d::release_node(s_, *n);
+      throw;
+    }
+  }
+  void unlock() noexcept {
+    if (!node_) return;
+    guard_->release();
+    zklock::detail::release_node(s_, *node_);
+    node_.reset();
+    guard_.reset();
+  }
+  std::int64_t fencing_token() const { return node_.value().czxid; }
+  std::stop_token lost_token() const { return guard_->token(); }
+  bool still_owned() const noexcept { return guard_ && !guard_->lost(); }
+
+ private:
+  zklock::session& s_;
+  std::string path_;
+  std::optional<zklock::detail::held_node> node_;
+  std::shared_ptr<zklock::detail::hold_guard> guard_;
+};
+
+struct contender_args {
+  int who = 0;
+  std::string lock, log, socket;
+  milliseconds timeout{1500};
+  bool broken = false;
+  std::uint64_t seed = 0;
+};
+
+bool stop_requested() {
+  pollfd p{STDIN_FILENO, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;  // data or end of file: the parent asks us to finish
+}
+
+/// Logs LOST when a hold's lost_token() fires (on whatever thread fires it).
+struct lost_logger {
+  const event_log* log;
+  int who;
+  std::int64_t token;
+  void operator()() const noexcept {
+    log->line("LOST " + std::to_string(who) + " " + std::to_string(token) + " " + std::to_string(mono_ns()));
+  }
+};
+
+template <class Lock>
+void contend(zklock::session& s, Lock& m, const contender_args& a, const event_log& log, store_client& store) {
+  std::mt19937_64 rng{a.seed};
+  std::uniform_int_distribution<int> work_ms{5, 40};
+  const std::string who = std::to_string(a.who);
+  while (!stop_requested()) {
+    log.line("ACQUIRE " + who + " " + std::to_string(mono_ns()));
+    try {
+      m.lock();
+    } catch (const std::system_error& e) {  // e.g. the session expired while we waited
+      log.line("NOTE " + who + " lock() failed: " + e.what());
+      (void)s.wait_for(zklock::session_state::connected, 15s);  // re-established by itself
+      continue;
+    }
+    const std::int64_t token = m.fencing_token();
+    log.line("GRANT " + who + " " + std::to_string(token) + " " + std::to_string(mono_ns()) + " " +
+             std::to_string(s.id()) + " " + to_hex(zklock::detail::session_password(s)));
+    {
+      std::stop_callback on_loss{m.lost_token(), lost_logger{&log, a.who, token}};
+      for (int i = 0; i < writes_per_hold; ++i) {
+        std::this_thread::sleep_for(milliseconds{work_ms(rng)});  // stands for work under the lock
+        if (!m.still_owned()) break;
+        if (!store.write(a.who, token)) break;  // fenced out: a newer holder wrote already
+      }
+      log.line("RELEASE " + who + " " + std::to_string(token) + " " + std::to_string(mono_ns()));
+    }
+    m.unlock();
+  }
+}
+
+int role_contender(const std::vector<std::string>& v) {
+  contender_args a;
+  a.who = std::stoi(v.at(0));
+  a.lock = v.at(1);
+  a.log = v.at(2);
+  a.socket = v.at(3);
+  a.timeout = milliseconds{std::stol(v.at(4))};
+  a.broken = v.at(5) == "second-in-line";
+  a.seed = std::stoull(v.at(6));
+  const char* c = std::getenv("ZKLOCK_TEST_ZK");
+  if (!c || !*c) throw std::runtime_error("ZKLOCK_TEST_ZK is not set");
+  zklock::session_options o;
+  o.connect = c;
+  o.session_timeout = a.timeout;
+  o.connect_timeout = 15s;
+  zklock::session s{o};
+  event_log log{a.log};
+  store_client store{a.socket};
+  if (a.broken) {
+    second_in_line_mutex m{s, a.lock};
+    contend(s, m, a, log, store);
+  } else {
+    zklock::mutex m{s, a.lock};
+    contend(s, m, a, log, store);
+  }
+  return 0;
+}
+
+int child_main(int argc, char** argv) {
+  try {
+    if (argc < 4) throw std::invalid_argument("usage: --zklock-chaos-child PARENT_PID ROLE ARGS...");
+    // Die with the parent's spawning thread, whatever happens to the test.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
+    if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
+    const std::string_view role = argv[3];
+    const std::vector<std::string> args(argv + 4, argv + argc);
+    if (role == "contender") return role_contender(args);
+    throw std::invalid_argument("unknown role " + std::string{role});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zklock chaos child %d: %s\n", static_cast<int>(::getpid()), e.what());
+    return 2;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parent side.
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_send_signal(int pidfd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
+
+/// One child process (this binary in a role) with a pipe to its stdin. The destructor kills
+/// (SIGKILL) and reaps it if the test has not: no process is left behind.
+class child_process {
+ public:
+  explicit child_process(const std::vector<std::string>& role_args) {
+    const char* bin = std::getenv("ZKLOCK_TEST_BIN");
+    const std::string exe = bin && *bin ? bin : "/proc/self/exe";
+    std::vector<std::string> args{exe, std::string{child_flag}, std::to_string(::getpid())};
+    args.insert(args.end(), role_args.begin(), role_args.end());
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int in[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
+    posix_spawn_file_actions_t fa;
+    ::posix_spawn_file_actions_init(&fa);
+    ::posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    to_child_ = in[1];
+    if (rc != 0) {
+      reaped_ = true;
+      close_fds();
+      throw std::system_error(rc, std::generic_category(), "posix_spawn " + exe);
+    }
+    pidfd_ = pidfd_open(pid_);
+    if (pidfd_ < 0) {
+      const int e = errno;
+      ::kill(pid_, SIGKILL);  // not reaped yet: the pid is still ours
+      reap();
+      close_fds();
+      throw std::system_error(e, std::generic_category(), "pidfd_open");
+    }
+  }
+  ~child_process() {
+    if (!reaped_) {
+      pidfd_send_signal(pidfd_, SIGKILL);
+      reap();
+    }
+    close_fds();
+  }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  pid_t pid() const noexcept { return pid_; }
+
+  /// Effects: closes its stdin, which asks a contender to finish.
+  void finish() noexcept {
+    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
+  }
+
+  /// Effects: SIGSTOP, then waits until every thread of it has stopped.
+  /// Returns: true once stopped; false if it exited instead.
+  bool stop() {
+    if (reaped_ || pidfd_send_signal(pidfd_, SIGSTOP) != 0) return false;
+    siginfo_t si{};
+    while (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED | WEXITED | WNOWAIT) != 0)
+      if (errno != EINTR) throw_errno("waitid");
+    if (si.si_code != CLD_STOPPED) return false;  // exited: left for reap()
+    while (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED) != 0)  // consume the report
+      if (errno != EINTR) throw_errno("waitid");
+    return true;
+  }
+
+  /// Effects: SIGCONT.
+  void resume() {
+    if (!reaped_ && pidfd_send_signal(pidfd_, SIGCONT) != 0) throw_errno("pidfd_send_signal");
+  }
+
+  /// Effects: SIGKILL and reap.
+  void kill() {
+    if (reaped_) return;
+    if (pidfd_send_signal(pidfd_, SIGKILL) != 0) throw_errno("pidfd_send_signal");
+    reap();
+  }
+
+  /// Effects: waits at most `timeout` for it to exit and reaps it.
+  /// Returns: its wait status, or nullopt if it is still running.
+  std::optional<int> wait(milliseconds timeout) {
+    if (!reaped_) {
+      pollfd p{pidfd_, POLLIN, 0};
+      int r;
+      while ((r = ::poll(&p, 1, static_cast<int>(timeout.count()))) < 0 && errno == EINTR) {}
+      if (r <= 0) return std::nullopt;
+    }
+    reap();
+    return status_;
+  }
+
+ private:
+  void reap() {
+    if (reaped_) return;
+    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
+    reaped_ = true;
+  }
+  void close_fds() noexcept {
+    for (int* fd : {&to_child_, &pidfd_})
+      if (*fd >= 0) ::close(std::exchange(*fd, -1));
+  }
+  pid_t pid_ = -1;
+  int to_child_ = -1, pidfd_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+/// The fenced store, the single arbiter of writes: a thread serving a UNIX socket. A write
+/// "W who token" is accepted iff token >= the highest token accepted so far; every decision is
+/// logged ("ACCEPT|REJECT who token t") in decision order.
+class fenced_store {
+ public:
+  explicit fenced_store(std::string socket_path) : path_(std::move(socket_path)) {
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_ < 0) throw_errno("socket");
+    const auto a = unix_address(path_);
+    if (::bind(listen_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_, 16) != 0) {
+      ::close(listen_);
+      throw_errno("bind/listen " + path_);
+    }
+    if (::pipe2(wake_, O_CLOEXEC) != 0) {
+      ::close(listen_);
+      throw_errno("pipe2");
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+  ~fenced_store() {
+    stop();
+    ::close(listen_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  fenced_store(const fenced_store&) = delete;
+  fenced_store& operator=(const fenced_store&) = delete;
+
+  const std::string& socket_path() const noexcept { return path_; }
+
+  /// Effects: stops serving. Returns: the log, in decision order.
+  std::vector<std::string> stop() {
+    if (thread_.joinable()) {
+      (void)!::write(wake_[1], "x", 1);
+      thread_.join();
+    }
+    return lines_;
+  }
+
+ private:
+  struct client {
+    int fd;
+    std::string buf;
+  };
+  void run() {
+    std::vector<client> clients;
+    for (;;) {
+      std::vector<pollfd> p{{wake_[0], POLLIN, 0}, {listen_, POLLIN, 0}};
+      for (const auto& c : clients) p.push_back({c.fd, POLLIN, 0});
+      if (::poll(p.data(), p.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (p[0].revents) break;
+      std::vector<std::size_t> gone;
+      for (std::size_t i = 0; i + 2 < p.size(); ++i) {  // the clients polled (not those accepted below)
+        if (!p[i + 2].revents) continue;
+        char chunk[256];
+        const ssize_t n = ::recv(clients[i].fd, chunk, sizeof chunk, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n <= 0) {
+          gone.push_back(i);  // the contender exited or was killed
+          continue;
+        }
+        clients[i].buf.append(chunk, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = clients[i].buf.find('\n')) != std::string::npos;) {
+          const std::string req = clients[i].buf.substr(0, nl);
+          clients[i].buf.erase(0, nl + 1);
+          if (!serve(clients[i].fd, req)) {
+            gone.push_back(i);
+            break;
+          }
+        }
+      }
+      std::sort(gone.begin(), gone.end());
+      gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+      for (auto it = gone.rbegin(); it != gone.rend(); ++it) {
+        ::close(clients[*it].fd);
+        clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(*it));
+      }
+      if (p[1].revents & POLLIN)
+        for (int fd; (fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;)
+          clients.push_back({fd, {}});
+    }
+    for (auto& c : clients) ::close(c.fd);
+  }
+  bool serve(int fd, const std::string& req) {
+    int who = 0;
+    long long token = 0;
+    if (std::sscanf(req.c_str(), "W %d %lld", &who, &token) != 2) {
+      lines_.push_back("BAD " + req);  // the checker reports it as malformed
+      return false;
+    }
+    const bool accept = token >= highest_;
+    if (accept) highest_ = token;
+    lines_.push_back(std::string{accept ? "ACCEPT " : "REJECT "} + std::to_string(who) + " " + std::to_string(token) +
+                     " " + std::to_string(mono_ns()));
+    try {
+      send_all(fd, accept ? "A\n" : "R\n");
+    } catch (const std::system_error&) {  // killed meanwhile
+      return false;
+    }
+    return true;
+  }
+
+  std::string path_;
+  int listen_ = -1;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::vector<std::string> lines_;  // only the thread touches it until stop() joined it
+  long long highest_ = 0;
+};
+
+/// A fresh directory under the system temp dir, removed with its contents (unless kept).
+struct temp_dir {
+  std::filesystem::path path;
+  bool keep = false;
+  temp_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "zklock-chaos-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
+    path = t;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    if (!keep) std::filesystem::remove_all(path, ec);
+  }
+};
+
+/// The last GRANT of a contender log that no RELEASE or LOST has ended yet.
+struct open_grant {
+  std::int64_t token = 0;
+  std::int64_t session = 0;
+  std::string password;
+};
+
+std::optional<open_grant> holding(const std::string& log) {
+  std::optional<open_grant> g;
+  for (const auto& line : read_lines(log)) {
+    char tag[16] = {};
+    long long who = 0, token = 0, t = 0, sid = 0;
+    char pw[64] = {};
+    const int n = std::sscanf(line.c_str(), "%15s %lld %lld %lld %lld %63s", tag, &who, &token, &t, &sid, pw);
+    if (n >= 6 && std::string_view{tag} == "GRANT") {
+      g = open_grant{token, sid, from_hex(pw)};
+    } else if (n >= 3 && g && g->token == token &&
+               (std::string_view{tag} == "RELEASE" || std::string_view{tag} == "LOST")) {
+      g.reset();
+    }
+  }
+  return g;
+}
+
+/// Returns: whether a child of `lock` belongs to session `sid` (the server's view).
+bool session_has_node(const std::string& lock, std::int64_t sid) {
+  for (const auto& k : zkt::children(lock)) {
+    const auto st = zkt::stat_node(lock + "/" + k);
+    if (st.exists && st.ephemeral_owner == sid) return true;
+  }
+  return false;
+}
+
+/// Returns: the EXPIRE events of `injector` whose contender did not hold the lock again in a new
+/// session (the next GRANT after the expiry must name another session id).
+std::vector<std::string> unrecovered_expiries(const std::vector<std::string>& injector,
+                                              const std::vector<std::string>& logs) {
+  std::vector<std::tuple<int, std::int64_t, std::int64_t>> grants;  // who, t, session
+  for (const auto& log : logs)
+    for (const auto& line : read_lines(log)) {
+      char tag[16] = {};
+      int who = 0;
+      long long token = 0, t = 0, sid = 0;
+      if (std::sscanf(line.c_str(), "%15s %d %lld %lld %lld", tag, &who, &token, &t, &sid) == 5 &&
+          std::string_view{tag} == "GRANT")
+        grants.emplace_back(who, t, sid);
+    }
+  std::sort(grants.begin(), grants.end(), [](const auto& a, const auto& b) { return std::get<1>(a) < std::get<1>(b); });
+  std::vector<std::string> out;
+  for (const auto& line : injector) {
+    int who = 0;
+    long long t = 0;
+    if (std::sscanf(line.c_str(), "EXPIRE %d %lld", &who, &t) != 2) continue;
+    std::optional<std::int64_t> before, after;
+    for (const auto& [w, gt, sid] : grants) {
+      if (w != who) continue;
+      if (gt < t) before = sid;
+      else if (!after) after = sid;
+    }
+    if (!after || after == before) out.push_back(line + (after ? " (held again in the expired session)" : " (never held again)"));
+  }
+  return out;
+}
+
+enum class lock_kind { real, second_in_line };
+
+struct run_result {
+  chaos::report report;
+  std::vector<std::string> problems;       ///< harness trouble: children that failed, timeouts
+  std::vector<std::string> not_recovered;  ///< expiries not followed by a hold in a new session
+  std::string log_dir;                     ///< kept when ZKLOCK_CHAOS_KEEP_LOGS is set
+};
+
+/// Runs the chaos harness for `duration`: 4 contenders with `kind` locks, faults injected into
+/// the holder, a quiet tail (no faults) for recovery, a clean shutdown, then the checker.
+run_result run_chaos(lock_kind kind, milliseconds duration) {
+  constexpr int procs = 4;
+  enum class action { short_pause, long_pause, expire, kill };
+  run_result out;
+  zkt::private_server zk{1, 100};
+  temp_dir dir;
+  dir.keep = std::getenv("ZKLOCK_CHAOS_KEEP_LOGS") != nullptr;
+  out.log_dir = dir.path.string();
+  const std::string lock = zkt::unique_path("chaos");
+  const milliseconds timeout = session_timeout();
+  const std::uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng{seed};
+  std::cout << "chaos run: " << (kind == lock_kind::real ? "zklock::mutex" : "second-in-line lock")
+            << ", session timeout " << timeout.count() << " ms, " << duration.count() << " ms, seed " << seed
+            << ", lock " << lock << std::endl;
+
+  fenced_store store{(dir.path / "store.sock").string()};
+  struct kid {
+    int who;
+    std::string log;
+    std::unique_ptr<child_process> proc;
+  };
+  std::vector<kid> kids;
+  std::vector<std::string> logs;
+  std::vector<std::string> injector;  // the fault injector's own events
+  int next_who = 1;
+  auto spawn = [&] {
+    const int who = next_who++;
+    const std::string log = (dir.path / ("contender-" + std::to_string(who) + ".log")).string();
+    logs.push_back(log);
+    kids.push_back({who, log,
+                    std::make_unique<child_process>(std::vector<std::string>{
+                        "contender", std::to_string(who), lock, log, store.socket_path(),
+                        std::to_string(timeout.count()), kind == lock_kind::real ? "real" : "second-in-line",
+                        std::to_string(rng())})});
+  };
+  for (int i = 0; i < procs; ++i) spawn();
+
+  auto at = [](int who, std::int64_t t) { return std::to_string(who) + " " + std::to_string(t); };
+  auto ms_between = [&](double lo, double hi) {
+    return milliseconds{static_cast<std::int64_t>(std::uniform_real_distribution<double>{lo, hi}(rng) *
+                                                  static_cast<double>(timeout.count()))};
+  };
+  const auto start = steady_clock::now();
+  const auto chaos_until = start + duration - 3 * timeout;  // then a quiet tail: recovery
+  std::vector<action> bag;
+  while (steady_clock::now() < chaos_until) {
+    std::this_thread::sleep_for(ms_between(0.15, 0.5));  // pacing of the chaos loop
+    // The current holder: the latest open grant among the live contenders.
+    kid* victim = nullptr;
+    std::optional<open_grant> grant;
+    for (auto& k : kids)
+      if (auto g = holding(k.log); g && (!grant || g->token > grant->token)) {
+        grant = g;
+        victim = &k;
+      }
+    if (!victim) continue;
+    if (bag.empty()) {
+      bag = {action::short_pause, action::long_pause, action::expire, action::kill};
+      std::shuffle(bag.begin(), bag.end(), rng);
+    }
+    const action a = bag.back();
+    if (!victim->proc->stop()) {
+      const auto st = victim->proc->wait(0ms);
+      out.problems.push_back("contender " + std::to_string(victim->who) + " died on its own: " +
+                             (st ? describe(*st) : std::string{"?"}));
+      kids.erase(kids.begin() + (victim - kids.data()));
+      spawn();
+      continue;
+    }
+    const std::int64_t stopped = mono_ns();
+    const auto still = holding(victim->log);
+    if (!still || still->token != grant->token) {  // it moved on before the stop landed
+      victim->proc->resume();
+      injector.push_back("PAUSE " + at(victim->who, stopped) + " " + std::to_string(mono_ns()) + " kept");
+      continue;
+    }
+    bag.pop_back();
+    switch (a) {
+      case action::kill: {
+        victim->proc->kill();
+        injector.push_back("KILL " + at(victim->who, mono_ns()));
+        kids.erase(kids.begin() + (victim - kids.data()));
+        spawn();
+        break;
+      }
+      case action::short_pause:
+      case action::long_pause:
+      case action::expire: {
+        bool expired = false;
+        if (a == action::short_pause) {
+          std::this_thread::sleep_for(ms_between(0.2, 0.4));  // the fault: well within the timeout
+        } else if (a == action::long_pause) {
+          std::this_thread::sleep_for(ms_between(1.3, 2.0));  // the fault: longer than the timeout
+          const auto limit = steady_clock::now() + 3 * timeout + 5s;  // the server expires it by itself
+          while (session_has_node(lock, still->session) && steady_clock::now() < limit)
+            std::this_thread::sleep_for(10ms);  // polling the server
+        } else {
+          expired = zkt::expire_session(still->session, still->password, 10s);
+          if (!expired) out.problems.push_back("could not expire session " + std::to_string(still->session));
+        }
+        const bool lost = !session_has_node(lock, still->session);  // the server's view, while stopped
+        const std::int64_t expired_at = mono_ns();
+        victim->proc->resume();
+        injector.push_back("PAUSE " + at(victim->who, stopped) + " " + std::to_string(mono_ns()) +
+                           (lost ? " lost" : " kept"));
+        if (expired) injector.push_back("EXPIRE " + at(victim->who, expired_at));
+        break;
+      }
+    }
+  }
+  std::this_thread::sleep_until(start + duration);  // the quiet tail
+
+  // Clean shutdown: each contender finishes its round and exits.
+  for (auto& k : kids) k.proc->finish();
+  for (auto& k : kids) {
+    const auto st = k.proc->wait(60s);
+    if (!st)
+      out.problems.push_back("contender " + std::to_string(k.who) + " did not finish within 60 s");
+    else if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0)
+      out.problems.push_back("contender " + std::to_string(k.who) + ": " + describe(*st));
+  }
+  kids.clear();
+  // A killed contender's node outlives it by a session timeout at most.
+  const auto limit = steady_clock::now() + 3 * timeout + 5s;
+  while (!zkt::children(lock).empty() && steady_clock::now() < limit) std::this_thread::sleep_for(10ms);  // polling
+  const auto leftovers = zkt::children(lock);
+
+  std::vector<std::string> events = injector;
+  for (const auto& l : logs) {
+    auto lines = read_lines(l);
+    events.insert(events.end(), lines.begin(), lines.end());
+  }
+  const auto decisions = store.stop();
+  if (dir.keep) {
+    write_lines(dir.path / "injector.log", injector);
+    write_lines(dir.path / "store.log", decisions);
+  }
+  out.report = chaos::check(events, decisions, leftovers);
+  out.not_recovered = unrecovered_expiries(injector, logs);
+  std::cout << "chaos result: " << out.report.summary() << std::endl;
+  return out;
+}
+
+// ---- the checker on hand-made logs -----------------------------------------------------------
+
+std::string t(std::int64_t ms) { return std::to_string(ms * 1'000'000); }
+std::string ev(std::string_view tag, int who, std::int64_t token, std::int64_t ms) {
+  return std::string{tag} + " " + std::to_string(who) + " " + std::to_string(token) + " " + t(ms);
+}
+
+/// A clean run: 1 holds, 2 holds, 1 is paused (session kept) while holding, 3 is killed holding.
+std::vector<std::string> clean_events() {
+  return {"ACQUIRE 1 " + t(0),          ev("GRANT", 1, 100, 1) + " 7 00ff",
+          "ACQUIRE 2 " + t(0),          ev("RELEASE", 1, 100, 10),
+          "ACQUIRE 1 " + t(11),         ev("GRANT", 2, 101, 12),
+          ev("RELEASE", 2, 101, 20),    ev("GRANT", 1, 102, 21),
+          "PAUSE 1 " + t(22) + " " + t(25) + " kept",
+          ev("RELEASE", 1, 102, 30),    "ACQUIRE 3 " + t(0),
+          ev("GRANT", 3, 103, 31),      "KILL 3 " + t(40),
+          "NOTE 2 lock() failed: whatever", ev("GRANT", 4, 104, 2000),
+          ev("RELEASE", 4, 104, 2010)};
+}
+std::vector<std::string> clean_store() {
+  return {ev("ACCEPT", 1, 100, 5), ev("ACCEPT", 2, 101, 15), ev("ACCEPT", 1, 102, 23), ev("ACCEPT", 1, 102, 24),
+          ev("ACCEPT", 4, 104, 2005)};
+}
+
+TEST(ChaosChecker, CleanLogPasses) {
+  const auto r = chaos::check(clean_events(), clean_store(), {});
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_EQ(r.grants, 5u);
+  EXPECT_EQ(r.live_grants, 5u);
+  EXPECT_EQ(r.kills, 1u);
+  EXPECT_EQ(r.pauses_kept, 1u);
+  EXPECT_EQ(r.accepted, 5u);
+}
+
+TEST(ChaosChecker, OverlappingHoldersFail) {
+  auto e = clean_events();
+  e.push_back(ev("GRANT", 5, 105, 2005));  // while 4 holds (2000..2010)
+  e.push_back(ev("RELEASE", 5, 105, 2020));
+  const auto r = chaos::check(e, clean_store(), {});
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.has("overlap")) << r.text();
+  EXPECT_EQ(r.overlaps, 1u);
+}
+
+TEST(ChaosChecker, AHoldEndsAtItsLossAndAtAKill) {
+  // 1 is told of its loss at 10; 2 is granted at 11: fine. 3 is killed at 30; 4 granted at 31.
+  const std::vector<std::string> e{ev("GRANT", 1, 1, 0), ev("LOST", 1, 1, 10), ev("GRANT", 2, 2, 11),
+                                   ev("RELEASE", 2, 2, 20), ev("RELEASE", 1, 1, 25), ev("GRANT", 3, 3, 21),
+                                   "KILL 3 " + t(30), ev("GRANT", 4, 4, 31), ev("RELEASE", 4, 4, 40)};
+  const auto r = chaos::check(e, {}, {});
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_EQ(r.lost_signals, 1u);
+  // Told of the loss only after the next grant: overlap.
+  const std::vector<std::string> late{ev("GRANT", 1, 1, 0), ev("GRANT", 2, 2, 11), ev("LOST", 1, 1, 12),
+                                      ev("RELEASE", 2, 2, 20)};
+  EXPECT_TRUE(chaos::check(late, {}, {}).has("overlap"));
+}
+
+TEST(ChaosChecker, APauseThatCostTheSessionEndsTheLiveTime) {
+  // 1 holds from 0, is stopped 5..3000 and its session expires; 2 holds from 2000; 1 resumes
+  // and only then hears of its loss (3001): no overlap of live time. Its late write is fenced.
+  const std::vector<std::string> e{ev("GRANT", 1, 1, 0), "PAUSE 1 " + t(5) + " " + t(3000) + " lost",
+                                   ev("GRANT", 2, 2, 2000), ev("LOST", 1, 1, 3001), ev("RELEASE", 1, 1, 3002),
+                                   ev("RELEASE", 2, 2, 3010)};
+  const std::vector<std::string> s{ev("ACCEPT", 2, 2, 2001), ev("REJECT", 1, 1, 3000)};
+  const auto r = chaos::check(e, s, {});
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_EQ(r.pauses_lost, 1u);
+  EXPECT_EQ(r.rejected, 1u);
+  // The same with a pause the session survived is an overlap: the pause excuses nothing.
+  auto kept = e;
+  kept[1] = "PAUSE 1 " + t(5) + " " + t(3000) + " kept";
+  EXPECT_TRUE(chaos::check(kept, s, {}).has("overlap"));
+}
+
+TEST(ChaosChecker, AGrantAfterALossyPauseDuringTheAcquireIsTainted) {
+  // 1 asks at 0, is stopped 1..3000 inside lock() and loses its session; 2 holds 2000..2500;
+  // 1's lock() returns at 3001 with its old token: no live time, not an ordering violation.
+  const std::vector<std::string> e{"ACQUIRE 1 " + t(0), "PAUSE 1 " + t(1) + " " + t(3000) + " lost",
+                                   ev("GRANT", 2, 6, 2000), ev("RELEASE", 2, 6, 2500), ev("GRANT", 1, 5, 3001),
+                                   ev("LOST", 1, 5, 3002), ev("RELEASE", 1, 5, 3003)};
+  const auto r = chaos::check(e, {}, {});
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_EQ(r.tainted_grants, 1u);
+}
+
+TEST(ChaosChecker, TokensThatDoNotIncreaseFail) {
+  const std::vector<std::string> e{ev("GRANT", 1, 7, 0), ev("RELEASE", 1, 7, 10), ev("GRANT", 2, 7, 11),
+                                   ev("RELEASE", 2, 7, 20), ev("GRANT", 3, 5, 21), ev("RELEASE", 3, 5, 30)};
+  const auto r = chaos::check(e, {}, {});
+  EXPECT_TRUE(r.has("tokens")) << r.text();
+  EXPECT_EQ(std::count_if(r.violations.begin(), r.violations.end(),
+                          [](const std::string& v) { return v.starts_with("tokens"); }),
+            2);
+}
+
+TEST(ChaosChecker, AWriteThatGoesBackwardsFails) {
+  auto s = clean_store();
+  s.push_back(ev("ACCEPT", 2, 101, 2100));  // accepted after 104
+  const auto r = chaos::check(clean_events(), s, {});
+  EXPECT_TRUE(r.has("goes backwards")) << r.text();
+}
+
+TEST(ChaosChecker, UndeservedRejectionsForgedTokensLeftoversAndGarbageFail) {
+  auto s = clean_store();
+  s.insert(s.begin() + 1, ev("REJECT", 2, 101, 14));  // 101 > 100: was not stale
+  EXPECT_TRUE(chaos::check(clean_events(), s, {}).has("not stale"));
+  EXPECT_TRUE(chaos::check(clean_events(), {ev("ACCEPT", 3, 999, 35)}, {}).has("never granted"));
+  EXPECT_TRUE(chaos::check(clean_events(), clean_store(), {"_c_x-lock-0000000007"}).has("leftovers"));
+  auto e = clean_events();
+  e.push_back("GRANT 1 notanumber 5");
+  EXPECT_TRUE(chaos::check(e, clean_store(), {}).has("malformed"));
+  EXPECT_TRUE(chaos::check(clean_events(), {"BAD W x"}, {}).has("malformed"));
+}
+
+// ---- the real thing ---------------------------------------------------------------------------
+
+// About 30 s: four processes contend on one zklock::mutex while the holder is paused (shorter or
+// longer than its session timeout), expired or killed (and replaced).
+TEST(Chaos, FourProcessesUnderPausesExpiriesAndKillsKeepTheLockSafe) {
+  const auto r = run_chaos(lock_kind::real, scaled(30s));
+  for (const auto& p : r.problems) ADD_FAILURE() << p;
+  EXPECT_TRUE(r.report.ok()) << r.report.text() << "\nlogs: " << r.log_dir;
+  // Real chaos happened, and the lock kept working through it.
+  EXPECT_GE(r.report.pauses_kept + r.report.pauses_lost, 2u) << r.report.summary();
+  EXPECT_GE(r.report.pauses_lost, 1u) << r.report.summary();
+  EXPECT_GE(r.report.expiries, 1u) << r.report.summary();
+  EXPECT_GE(r.report.kills, 1u) << r.report.summary();
+  EXPECT_GE(r.report.grants, 50u) << r.report.summary();
+  EXPECT_GE(r.report.accepted, 50u) << r.report.summary();
+  // Expired contenders recovered by themselves: a new session, and lock() again.
+  for (const auto& e : r.not_recovered) ADD_FAILURE() << "no recovery after " << e;
+}
+
+// The checker's teeth: the same harness, with contenders whose lock also "holds" when second in
+// line, must be caught.
+TEST(Chaos, ALockThatGrantsSecondInLineFailsTheChecker) {
+  const auto r = run_chaos(lock_kind::second_in_line, scaled(10s));
+  for (const auto& p : r.problems) ADD_FAILURE() << p;
+  EXPECT_FALSE(r.report.ok()) << "the checker passed a broken lock: " << r.report.summary();
+  EXPECT_TRUE(r.report.has("overlap")) << r.report.text();
+  std::cout << "broken lock caught: " << r.report.overlaps << " overlapping pairs of holds; first: "
+            << (r.report.violations.empty() ? std::string{"-"} : r.report.violations.front()) << std::endl;
+}
+
+}  // namespace
+
+// This binary is also the contender: `--zklock-chaos-child ...` runs a role instead of the tests.
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view{argv[1]} == child_flag) return child_main(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
