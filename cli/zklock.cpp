@@ -1,0 +1,1163 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock — the command-line tool: a cluster-wide flock(1) on ZooKeeper (exec), plus ls and wait.
+//
+// `zklock exec` holds a lock while CMD runs. Its main loop polls three descriptors: a pidfd (CMD
+// ended), a signalfd (signals to pass on to CMD) and a self-pipe written by a std::stop_callback on
+// the hold's lost_token() (the lock was lost: stop CMD). Signals are blocked from the start, before
+// the session's threads exist, so that every thread inherits the mask and only the signalfd sees
+// them. See docs/cli.md for the user's view (options, exit codes, environment).
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+import zklock;
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using ms = std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+#ifndef ZKLOCK_VERSION
+#define ZKLOCK_VERSION "unknown"
+#endif
+
+// ---- exit codes (docs/cli.md) -------------------------------------------------------------------
+
+namespace exit_code {
+constexpr int ok = 0;
+constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, session lost while waiting
+constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
+constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
+constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
+constexpr int timeout = 124;        // like timeout(1): the lock was not acquired in time
+constexpr int usage = 125;          // bad command line or bad input
+constexpr int cannot_execute = 126; // CMD found but not executable
+constexpr int not_found = 127;      // CMD not found
+constexpr int signal_base = 128;    // + signal number
+}  // namespace exit_code
+
+constexpr const char* help_text = R"(zklock - run a command while holding a ZooKeeper lock (a cluster-wide flock(1))
+
+Usage:
+  zklock exec [OPTIONS] PATH [--] CMD [ARGS...]
+  zklock ls   [OPTIONS] PATH
+  zklock wait [OPTIONS] PATH
+  zklock --help | --version
+
+Commands:
+  exec   Wait for the lock PATH, run CMD while holding it, release it when CMD ends.
+         CMD's environment gets ZKLOCK_FENCING_TOKEN (the hold's fencing token, a number that
+         grows with every new holder) and ZKLOCK_PATH. HUP, INT, QUIT, TERM, USR1 and USR2 sent
+         to zklock are passed on to CMD (signals the terminal sends to the whole foreground job,
+         like Ctrl-C, reach CMD directly and are not sent twice). If the lock is lost while CMD
+         runs (session expired, or the lock node deleted by someone else), CMD gets the kill
+         signal, then SIGKILL after the grace period. A signal while waiting for the lock ends
+         the wait (zklock leaves the queue and exits with 128+signal).
+  ls     List the contenders of PATH in queue order: position, state (holder or waiter), kind,
+         fencing token, host, pid and start time of each (zklock stores host, pid and time in
+         its nodes; for Curator's nodes the host is the IP address they store).
+  wait   Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.
+
+Options for exec:
+  --shared            take the read side of a read/write lock: shared with other --shared
+                      holders, exclusive with --write holders
+  --write             take the write side of that read/write lock
+  --permits N         take one of N leases of a counting semaphore (N: 1..1000000; every user of
+                      the path must give the same N)
+                      (default: an exclusive lock; it does not exclude --shared/--write/--permits
+                      holders of the same path, which use other node kinds)
+  --timeout D         wait at most D for the lock (0: try once; default: wait forever)
+  --kill-signal SIG   signal that stops CMD when the lock is lost, and that CMD gets if zklock
+                      itself dies (default TERM; a name like TERM, SIGINT, or a number)
+  --grace D           time CMD has to end after the kill signal before SIGKILL (default 5s)
+Options for ls:
+  --json              one JSON object per contender and line
+Options for wait:
+  --timeout D         wait at most D (0: check once; default: wait forever)
+Common options:
+  --connect HOSTS     ZooKeeper servers, "host:port[,host:port...][/chroot]"
+                      (default: $ZOOKEEPER_HOSTS)
+  --session-timeout D session timeout asked of the server (default 10s)
+  --connect-timeout D give up connecting after D (default 5s)
+  --verbose           say what zklock does, and show the ZooKeeper client's log, on stderr
+  -h, --help          show this help
+  --version           show the version
+
+Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
+
+Exit status:
+  exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
+  0    wait: PATH is free; ls: listed
+  69   cannot connect to ZooKeeper, or the session ended while waiting for the lock
+  70   another failure inside zklock (e.g. the server refused an operation)
+  75   the lock was lost while CMD ran (CMD was stopped), or before it could start
+  77   the server refused for lack of permission (ACL, authentication)
+  124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
+  125  usage error or bad input (option, duration, path, connect string, lease count)
+  126  CMD cannot be executed
+  127  CMD not found
+  128+N  zklock got signal N while waiting for the lock
+
+Environment:
+  ZOOKEEPER_HOSTS       servers to use when --connect is not given
+  ZKLOCK_FENCING_TOKEN  (set for CMD) the fencing token of the hold
+  ZKLOCK_PATH           (set for CMD) the lock path
+
+Example:
+  zklock exec /locks/backup -- ./backup.sh
+)";
+
+// ---- messages ----------------------------------------------------------------------------------
+
+bool g_verbose = false;
+
+template <class... A>
+void say(const char* fmt, A... a) {
+  std::fprintf(stderr, "zklock: ");
+  std::fprintf(stderr, fmt, a...);
+  std::fputc('\n', stderr);
+}
+
+/// A failure that ends zklock with `code` after printing `message`.
+struct exit_error {
+  int code;
+  std::string message;
+};
+
+/// Returns: a library message without its "zklock: " or "zklock::session: " prefix (say() adds one).
+std::string tidy(std::string_view what) {
+  for (std::string_view prefix : {"zklock: ", "zklock::session: "})
+    if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+  return std::string{what};
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  throw exit_error{exit_code::usage, message + "\n(see 'zklock --help')"};
+}
+
+// ---- parsing -----------------------------------------------------------------------------------
+
+/// Returns: D as milliseconds (rounded up). Throws: exit_error (usage) for anything else.
+ms parse_duration(std::string_view option, std::string_view text, bool zero_ok) {
+  auto bad = [&](const std::string& why) -> ms {
+    usage_error("bad " + std::string{option} + " \"" + std::string{text} + "\": " + why);
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) ++digits;
+  const std::string number{text.substr(0, digits)};
+  const std::string_view unit = text.substr(digits);
+  if (number.empty() || number.front() == '.' || number.back() == '.' || std::count(number.begin(), number.end(), '.') > 1)
+    return bad("expected a number with a unit, like 500ms, 10s, 2m or 1h");
+  double scale;
+  if (unit == "ms") scale = 1;
+  else if (unit.empty() || unit == "s") scale = 1000;
+  else if (unit == "m" || unit == "min") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  else return bad("unknown unit \"" + std::string{unit} + "\" (use ms, s, m or h)");
+  const double value = std::strtod(number.c_str(), nullptr) * scale;
+  if (!std::isfinite(value) || value > 1e12) return bad("too long");
+  const ms d{static_cast<std::int64_t>(std::ceil(value))};
+  if (d == ms::zero() && !zero_ok) return bad("must be more than 0");
+  return d;
+}
+
+/// Returns: the signal named by `text` ("TERM", "SIGTERM", "term", "15"). Throws: exit_error.
+int parse_signal(std::string_view text) {
+  std::string up;
+  for (char c : text) up += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  std::string_view name = up;
+  if (name.starts_with("SIG")) name.remove_prefix(3);
+  int number = 0;
+  const auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), number);
+  if (!name.empty() && ec == std::errc{} && ptr == name.data() + name.size()) {
+    if (number >= 1 && number <= SIGRTMAX) return number;
+  } else if (!name.empty()) {
+    for (int s = 1; s < SIGRTMIN; ++s)
+      if (const char* abbrev = ::sigabbrev_np(s); abbrev && name == abbrev) return s;
+  }
+  usage_error("bad --kill-signal \"" + std::string{text} + "\": expected a signal name like TERM or a number");
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string{"SIG"} + abbrev : "signal " + std::to_string(sig);
+}
+
+enum class command { none, exec, ls, wait, help, version };
+enum class lock_mode { exclusive, shared, write, permits };
+
+struct options {
+  command cmd = command::none;
+  std::string path;
+  bool have_path = false;
+  std::vector<std::string> argv;  // CMD and its arguments
+  lock_mode mode = lock_mode::exclusive;
+  bool mode_given = false;
+  std::ptrdiff_t permits = 0;
+  std::optional<ms> timeout;  // none: forever
+  std::optional<std::string> connect;
+  ms session_timeout = 10s;
+  ms connect_timeout = 5s;
+  int kill_signal = SIGTERM;
+  ms grace = 5s;
+  bool json = false;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  std::size_t i = 0;
+  if (args.empty()) usage_error("no command given: exec, ls or wait");
+  const std::string_view first = args[0];
+  if (first == "-h" || first == "--help" || first == "help") {
+    o.cmd = command::help;
+    return o;
+  }
+  if (first == "--version") {
+    o.cmd = command::version;
+    return o;
+  }
+  if (first == "exec") o.cmd = command::exec;
+  else if (first == "ls") o.cmd = command::ls;
+  else if (first == "wait") o.cmd = command::wait;
+  else if (first.starts_with("-")) usage_error("the command comes first: zklock exec|ls|wait [OPTIONS] PATH");
+  else usage_error("unknown command \"" + std::string{first} + "\" (exec, ls or wait)");
+  ++i;
+
+  auto set_mode = [&](lock_mode m) {
+    if (o.mode_given && o.mode != m) usage_error("--shared, --write and --permits exclude each other");
+    o.mode = m;
+    o.mode_given = true;
+  };
+  while (i < args.size()) {
+    const std::string_view a = args[i++];
+    if (a == "--") {
+      if (o.cmd != command::exec) usage_error("'--' is only for exec");
+      break;
+    }
+    if (!a.starts_with("-") || a == "-") {
+      if (!o.have_path) {
+        o.path = std::string{a};
+        o.have_path = true;
+        continue;
+      }
+      if (o.cmd != command::exec) usage_error("unexpected argument \"" + std::string{a} + "\"");
+      --i;  // CMD starts here
+      break;
+    }
+    std::string_view name = a;
+    std::optional<std::string_view> inline_value;
+    if (const auto eq = a.find('='); eq != std::string_view::npos && a.starts_with("--")) {
+      name = a.substr(0, eq);
+      inline_value = a.substr(eq + 1);
+    }
+    auto value = [&]() -> std::string_view {
+      if (inline_value) return *inline_value;
+      if (i >= args.size()) usage_error("option " + std::string{name} + " needs a value");
+      return args[i++];
+    };
+    auto only = [&](std::initializer_list<command> cmds) {
+      if (std::find(cmds.begin(), cmds.end(), o.cmd) == cmds.end())
+        usage_error("option " + std::string{name} + " does not apply to " + std::string{first});
+    };
+    auto flag = [&] {
+      if (inline_value) usage_error("option " + std::string{name} + " takes no value");
+    };
+    if (name == "-h" || name == "--help") {
+      o.cmd = command::help;
+      return o;
+    } else if (name == "--shared") {
+      only({command::exec});
+      flag();
+      set_mode(lock_mode::shared);
+    } else if (name == "--write") {
+      only({command::exec});
+      flag();
+      set_mode(lock_mode::write);
+    } else if (name == "--permits") {
+      only({command::exec});
+      const std::string_view v = value();
+      std::ptrdiff_t n = 0;
+      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size() || n < 1 || n > 1'000'000)
+        usage_error("bad --permits \"" + std::string{v} + "\": expected a whole number from 1 to 1000000");
+      set_mode(lock_mode::permits);
+      o.permits = n;
+    } else if (name == "--timeout") {
+      only({command::exec, command::wait});
+      o.timeout = parse_duration(name, value(), true);
+    } else if (name == "--kill-signal") {
+      only({command::exec});
+      o.kill_signal = parse_signal(value());
+    } else if (name == "--grace") {
+      only({command::exec});
+      o.grace = parse_duration(name, value(), true);
+    } else if (name == "--json") {
+      only({command::ls});
+      flag();
+      o.json = true;
+    } else if (name == "--connect") {
+      o.connect = std::string{value()};
+    } else if (name == "--session-timeout") {
+      o.session_timeout = parse_duration(name, value(), false);
+    } else if (name == "--connect-timeout") {
+      o.connect_timeout = parse_duration(name, value(), false);
+    } else if (name == "--verbose" || name == "-v") {
+      flag();
+      g_verbose = true;
+    } else {
+      usage_error("unknown option \"" + std::string{name} + "\"");
+    }
+  }
+  if (!o.have_path) usage_error(std::string{first} + " needs a lock PATH");
+  if (o.cmd == command::exec) {
+    o.argv.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+    if (o.argv.empty()) usage_error("exec needs a command to run: zklock exec PATH -- CMD [ARGS...]");
+    if (o.argv.front().empty()) usage_error("the command to run is an empty string");
+  }
+  if (!o.connect) {
+    const char* env = std::getenv("ZOOKEEPER_HOSTS");
+    if (!env || !*env)
+      usage_error("no ZooKeeper to talk to: give --connect HOST:PORT[,HOST:PORT...] or set ZOOKEEPER_HOSTS");
+    o.connect = env;
+  }
+  try {
+    zklock::detail::validate_path(o.path, "lock path");
+  } catch (const std::invalid_argument& e) {
+    usage_error(tidy(e.what()));
+  }
+  return o;
+}
+
+// ---- errors from the library -------------------------------------------------------------------
+
+/// Returns: the exit code and message for an exception from the library.
+exit_error classify(const std::exception& e) {
+  const std::string what = tidy(e.what());
+  if (dynamic_cast<const std::invalid_argument*>(&e)) return {exit_code::usage, what};
+  const auto* se = dynamic_cast<const std::system_error*>(&e);
+  if (!se) return {exit_code::software, what};
+  if (se->code().category() != zklock::error_category()) return {exit_code::software, what};
+  using zklock::errc;
+  switch (static_cast<errc>(se->code().value())) {
+    case errc::connect_timeout:
+    case errc::connection_loss:
+    case errc::operation_timeout:
+    case errc::session_expired:
+    case errc::session_closed:
+    case errc::closing:
+    case errc::invalid_state:
+      return {exit_code::unavailable, what};
+    case errc::no_auth:
+    case errc::auth_failed:
+      return {exit_code::no_permission, what};
+    case errc::lock_lost:
+      return {exit_code::lost, what};
+    case errc::lock_timeout:
+      return {exit_code::timeout, what};
+    case errc::lease_count_mismatch:
+    case errc::bad_arguments:
+    case errc::chroot_missing:
+      return {exit_code::usage, what};
+    default:
+      return {exit_code::software, what};
+  }
+}
+
+/// Returns: a session as `o` says. Throws: exit_error.
+std::unique_ptr<zklock::session> open_session(const options& o) {
+  zklock::session_options so;
+  so.connect = *o.connect;
+  so.session_timeout = o.session_timeout;
+  so.connect_timeout = o.connect_timeout;
+  if (g_verbose) zklock::set_log_handler([](std::string_view line) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  });
+  try {
+    auto s = std::make_unique<zklock::session>(std::move(so));
+    if (g_verbose) say("connected to %s (session 0x%llx)", o.connect->c_str(), static_cast<unsigned long long>(s->id()));
+    return s;
+  } catch (const std::invalid_argument& e) {
+    usage_error(tidy(e.what()));
+  } catch (const std::system_error& e) {
+    auto err = classify(e);
+    if (err.code == exit_code::software) err.code = exit_code::unavailable;  // e.g. a host that does not resolve
+    err.message = "cannot connect to ZooKeeper at \"" + *o.connect + "\": " + err.message;
+    throw err;
+  }
+}
+
+// ---- ls ---------------------------------------------------------------------------------------
+
+/// Who a contender is, from its node's data.
+struct who {
+  std::string host;
+  std::optional<long long> pid;
+  std::optional<long long> since_ms;
+};
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  return out;
+}
+
+who parse_who(std::string_view data) {
+  who w;
+  bool ours = false;
+  std::string_view rest = data;
+  while (!rest.empty()) {
+    const auto sp = rest.find(' ');
+    const std::string_view word = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    auto number = [](std::string_view v) -> std::optional<long long> {
+      long long n = 0;
+      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
+      return n;
+    };
+    if (word.starts_with("host=")) {
+      w.host = printable(word.substr(5));
+      ours = true;
+    } else if (word.starts_with("pid=")) {
+      w.pid = number(word.substr(4));
+    } else if (word.starts_with("since=")) {
+      w.since_ms = number(word.substr(6));
+    }
+  }
+  if (!ours) {  // e.g. Curator: the client's IP address as text
+    w = who{};
+    while (!data.empty() && (data.back() == ' ' || data.back() == '\n' || data.back() == '\0')) data.remove_suffix(1);
+    w.host = printable(data);
+  }
+  return w;
+}
+
+/// Returns: `ms` since the epoch as ISO 8601 UTC, e.g. "2025-01-31T12:00:00.250Z".
+std::string iso_time(long long ms_since_epoch) {
+  const long long secs = ms_since_epoch >= 0 ? ms_since_epoch / 1000 : (ms_since_epoch - 999) / 1000;
+  const int millis = static_cast<int>(ms_since_epoch - secs * 1000);
+  const ::time_t t = static_cast<::time_t>(secs);
+  struct ::tm tm {};
+  if (!::gmtime_r(&t, &tm)) return std::to_string(ms_since_epoch);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+const char* kind_name(zklock::detail::contender_kind k) {
+  using zklock::detail::contender_kind;
+  switch (k) {
+    case contender_kind::lock: return "lock";
+    case contender_kind::read: return "read";
+    case contender_kind::write: return "write";
+    case contender_kind::lease: return "lease";
+  }
+  return "?";
+}
+
+constexpr unsigned all_kinds = 0xf;
+
+/// Returns: the leases stored on a semaphore node ("leases=N"), if any.
+std::optional<std::size_t> stored_leases(zklock::session& s, const std::string& path) {
+  const auto info = zklock::detail::read_node(s, path);
+  if (!info || !info->data.starts_with("leases=")) return std::nullopt;
+  std::size_t n = 0;
+  const char* end = info->data.data() + info->data.size();
+  const auto [ptr, ec] = std::from_chars(info->data.data() + 7, end, n);
+  if (ec != std::errc{} || ptr != end) return std::nullopt;
+  return n;
+}
+
+int cmd_ls(const options& o) {
+  namespace d = zklock::detail;
+  auto s = open_session(o);
+  const auto deadline = steady::now() + o.connect_timeout;
+  const auto listing = d::list_children(*s, o.path, nullptr, deadline);
+  if (!listing) throw exit_error{exit_code::unavailable, "timed out listing " + o.path};
+
+  struct row {
+    d::contender c;
+    d::node_info info;
+    std::string state;
+  };
+  std::vector<row> rows;
+  for (auto& c : d::sorted_contenders(*listing, all_kinds))
+    if (auto info = d::read_node(*s, o.path + "/" + c.name)) rows.push_back({c, std::move(*info), {}});
+
+  // States, by the rules of the library, among the contenders still there.
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.c.name);
+  auto mark = [&](unsigned kinds, auto&& held) {
+    const auto queue = d::sorted_contenders(names, kinds);
+    for (std::size_t i = 0; i < queue.size(); ++i)
+      for (auto& r : rows)
+        if (r.c.name == queue[i].name) r.state = held(queue, i) ? "holder" : "waiter";
+  };
+  mark(d::exclusive_rule::kinds, [](const auto& q, std::size_t i) { return d::exclusive_rule{}(q, i).held; });
+  mark(d::read_rule::kinds, [](const auto& q, std::size_t i) {
+    return q[i].kind == d::contender_kind::read ? d::read_rule{}(q, i).held : d::write_rule{}(q, i).held;
+  });
+  if (std::any_of(rows.begin(), rows.end(), [](const row& r) { return r.c.kind == d::contender_kind::lease; })) {
+    if (const auto leases = stored_leases(*s, o.path)) {
+      mark(d::semaphore_rule::kinds, [&](const auto& q, std::size_t i) { return d::semaphore_rule{*leases}(q, i).held; });
+    } else {
+      for (auto& r : rows)
+        if (r.c.kind == d::contender_kind::lease) r.state = "unknown";  // no lease count stored
+    }
+  }
+
+  if (o.json) {
+    std::size_t pos = 0;
+    for (const auto& r : rows) {
+      const who w = parse_who(r.info.data);
+      std::string line = "{\"path\":" + json_string(o.path) + ",\"position\":" + std::to_string(++pos) +
+                         ",\"state\":" + json_string(r.state) + ",\"kind\":" + json_string(kind_name(r.c.kind)) +
+                         ",\"token\":" + std::to_string(r.info.czxid) + ",\"host\":" + json_string(w.host) +
+                         ",\"pid\":" + (w.pid ? std::to_string(*w.pid) : "null") +
+                         ",\"since\":" + (w.since_ms ? json_string(iso_time(*w.since_ms)) : "null") +
+                         ",\"since_ms\":" + (w.since_ms ? std::to_string(*w.since_ms) : "null") +
+                         ",\"node\":" + json_string(r.c.name) + "}\n";
+      std::fputs(line.c_str(), stdout);
+    }
+    return exit_code::ok;
+  }
+  if (rows.empty()) {
+    std::printf("no contenders on %s\n", o.path.c_str());
+    return exit_code::ok;
+  }
+  std::vector<std::vector<std::string>> table{{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "NODE"}};
+  std::size_t pos = 0;
+  for (const auto& r : rows) {
+    const who w = parse_who(r.info.data);
+    table.push_back({std::to_string(++pos), r.state, kind_name(r.c.kind), std::to_string(r.info.czxid),
+                     w.host.empty() ? "-" : w.host, w.pid ? std::to_string(*w.pid) : "-",
+                     w.since_ms ? iso_time(*w.since_ms) : "-", r.c.name});
+  }
+  std::vector<std::size_t> width(table.front().size(), 0);
+  for (const auto& line : table)
+    for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+  for (const auto& line : table) {
+    std::string out;
+    for (std::size_t c = 0; c < line.size(); ++c) {
+      out += line[c];
+      if (c + 1 < line.size()) out += std::string(width[c] - line[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", out.c_str());
+  }
+  return exit_code::ok;
+}
+
+// ---- wait -------------------------------------------------------------------------------------
+
+/// Woken by a children watch.
+class child_watch final : public zklock::detail::wake_target {
+ public:
+  void wake() noexcept override {
+    {
+      std::lock_guard lk{mu_};
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+  /// Returns: whether it was woken before `deadline`.
+  bool wait_until(steady::time_point deadline) {
+    std::unique_lock lk{mu_};
+    if (deadline == steady::time_point::max()) {
+      cv_.wait(lk, [&] { return woken_; });
+      return true;
+    }
+    return cv_.wait_until(lk, deadline, [&] { return woken_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool woken_ = false;
+};
+
+int cmd_wait(const options& o) {
+  namespace d = zklock::detail;
+  auto s = open_session(o);
+  const auto deadline = o.timeout ? steady::now() + *o.timeout : steady::time_point::max();
+  for (;;) {
+    auto w = std::make_shared<child_watch>();
+    struct unwatch {  // removes the watch on every way out (a no-op once it fired)
+      zklock::session& s;
+      const std::string& path;
+      const child_watch* w;
+      ~unwatch() { d::drop_watch(s, path, true, w); }
+    } guard{*s, o.path, w.get()};
+    const auto listing = d::list_children(*s, o.path, w, deadline);
+    if (!listing) break;
+    const auto queue = d::sorted_contenders(*listing, all_kinds);
+    if (queue.empty()) {
+      if (g_verbose) say("%s is free", o.path.c_str());
+      return exit_code::ok;
+    }
+    if (g_verbose) say("%s has %zu contender(s): waiting", o.path.c_str(), queue.size());
+    if (!w->wait_until(deadline)) break;
+  }
+  say("timed out: %s is still taken", o.path.c_str());
+  return exit_code::timeout;
+}
+
+// ---- exec -------------------------------------------------------------------------------------
+
+[[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_send_signal(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+/// A file descriptor that closes itself.
+class fd_t {
+ public:
+  fd_t() = default;
+  explicit fd_t(int fd) : fd_(fd) {}
+  ~fd_t() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  fd_t(fd_t&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  fd_t& operator=(fd_t&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+/// Returns: the open file descriptors of this process (except the one used to list them).
+std::set<int> open_fds() {
+  std::set<int> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return out;
+  const int self = ::dirfd(dir);
+  while (const dirent* e = ::readdir(dir)) {
+    int fd = 0;
+    const std::string_view name = e->d_name;
+    const auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), fd);
+    if (ec == std::errc{} && ptr == name.data() + name.size() && fd != self) out.insert(fd);
+  }
+  ::closedir(dir);
+  return out;
+}
+
+/// The descriptors zklock inherited: CMD inherits them too, and nothing zklock opened itself
+/// (e.g. the ZooKeeper client's socket and pipes).
+std::set<int> g_inherited_fds;
+
+void mark_own_fds_cloexec() {
+  for (int fd : open_fds())
+    if (!g_inherited_fds.contains(fd)) {
+      const int flags = ::fcntl(fd, F_GETFD);
+      if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+}
+
+/// Returns: the file to execute for `cmd` (searched in PATH unless it has a '/').
+/// Throws: exit_error 127 (not found) or 126 (not executable).
+std::string resolve_command(const std::string& cmd) {
+  auto check = [](const std::string& file) -> int {  // 0 ok, else the exit code
+    struct ::stat st {};
+    if (::stat(file.c_str(), &st) != 0) return exit_code::not_found;
+    if (S_ISDIR(st.st_mode) || ::access(file.c_str(), X_OK) != 0) return exit_code::cannot_execute;
+    return 0;
+  };
+  if (cmd.find('/') != std::string::npos) {
+    const int rc = check(cmd);
+    if (rc == exit_code::not_found) throw exit_error{rc, cmd + ": no such file"};
+    if (rc != 0) throw exit_error{rc, cmd + ": not executable"};
+    return cmd;
+  }
+  const char* env = std::getenv("PATH");
+  const std::string path = env ? env : "/usr/local/bin:/usr/bin:/bin";
+  bool found_unexecutable = false;
+  std::size_t start = 0;
+  for (;;) {
+    const auto colon = path.find(':', start);
+    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string file = dir + "/" + cmd;
+    const int rc = check(file);
+    if (rc == 0) return file;
+    if (rc == exit_code::cannot_execute) found_unexecutable = true;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (found_unexecutable) throw exit_error{exit_code::cannot_execute, cmd + ": not executable"};
+  throw exit_error{exit_code::not_found, cmd + ": command not found"};
+}
+
+/// The signals passed on to CMD.
+constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+
+sigset_t g_original_mask;
+
+/// Effects: blocks the forwarded signals in this thread (and every thread it starts).
+/// Returns: a signalfd that reads them.
+fd_t block_signals() {
+  sigset_t set;
+  ::sigemptyset(&set);
+  for (int s : forwarded_signals) ::sigaddset(&set, s);
+  if (::pthread_sigmask(SIG_BLOCK, &set, &g_original_mask) != 0) throw_errno("pthread_sigmask");
+  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) throw_errno("signalfd");
+  return fd_t{fd};
+}
+
+/// Returns: the next pending signal of `sigfd`, if any.
+std::optional<signalfd_siginfo> next_signal(int sigfd) {
+  signalfd_siginfo si{};
+  for (;;) {
+    const ssize_t n = ::read(sigfd, &si, sizeof si);
+    if (n == static_cast<ssize_t>(sizeof si)) return si;
+    if (n < 0 && errno == EINTR) continue;
+    return std::nullopt;
+  }
+}
+
+/// Returns: the poll(2) timeout that ends at `deadline` (-1: none).
+int poll_ms(steady::time_point deadline) {
+  if (deadline == steady::time_point::max()) return -1;
+  const auto left = std::chrono::ceil<ms>(deadline - steady::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1'000'000));
+}
+
+/// While the lock is being acquired on the main thread, a signal ends the wait: this thread reads
+/// the signalfd and closes the session, which makes the acquire throw.
+class acquire_interrupter {
+ public:
+  acquire_interrupter(zklock::session& s, int sigfd) : s_(s), sigfd_(sigfd) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
+    stop_r_ = fd_t{p[0]};
+    stop_w_ = fd_t{p[1]};
+    thread_ = std::thread([this] { run(); });
+  }
+  ~acquire_interrupter() { stop(); }
+  acquire_interrupter(const acquire_interrupter&) = delete;
+  acquire_interrupter& operator=(const acquire_interrupter&) = delete;
+
+  /// Effects: ends the watching. Returns: the signal that interrupted the acquire, or 0.
+  int stop() {
+    if (thread_.joinable()) {
+      const char c = 0;
+      while (::write(stop_w_.get(), &c, 1) < 0 && errno == EINTR) {}
+      thread_.join();
+    }
+    return signal_.load();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      pollfd p[2] = {{sigfd_, POLLIN, 0}, {stop_r_.get(), POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (p[1].revents) return;
+      if (p[0].revents) {
+        if (const auto si = next_signal(sigfd_)) {
+          signal_.store(static_cast<int>(si->ssi_signo));
+          s_.close();  // the acquire throws session_closed; the server drops our queued node
+          return;
+        }
+      }
+    }
+  }
+  zklock::session& s_;
+  int sigfd_;
+  fd_t stop_r_, stop_w_;
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
+
+/// The loss signal of a semaphore lease (the semaphore has no lost_token() of its own): fires
+/// when the watch on our lease node fires (deleted or changed by someone else, session ended) or,
+/// through lose(), when the session generation that created it is lost.
+class lease_watch final : public zklock::detail::wake_target {
+ public:
+  void wake() noexcept override {
+    if (!released_.load()) lost_.request_stop();
+  }
+  void lose() noexcept { wake(); }
+  /// Effects: from now on nothing fires (we release the lease ourselves).
+  void release() noexcept { released_.store(true); }
+  std::stop_token token() const noexcept { return lost_.get_token(); }
+
+ private:
+  std::stop_source lost_;
+  std::atomic<bool> released_{false};
+};
+
+struct lose_lease {
+  std::shared_ptr<lease_watch> w;
+  void operator()() const noexcept { w->lose(); }
+};
+
+/// A held lock of any mode, as exec needs it.
+struct hold {
+  std::int64_t token = 0;
+  std::stop_token lost;
+  std::function<void()> release;
+  std::shared_ptr<lease_watch> lease;
+  std::optional<std::stop_callback<lose_lease>> session_loss;
+};
+
+/// Returns: our contender node among `kinds` under `path` (the one owned by our session).
+std::optional<std::pair<std::string, zklock::detail::node_info>> own_node(zklock::session& s, const std::string& path,
+                                                                          unsigned kinds) {
+  namespace d = zklock::detail;
+  const auto listing = d::list_children(s, path, nullptr, steady::now() + s.options().connect_timeout);
+  if (!listing) throw exit_error{exit_code::unavailable, "timed out listing " + path};
+  const std::int64_t me = s.id();
+  for (const auto& c : d::sorted_contenders(*listing, kinds)) {
+    const std::string full = path + "/" + c.name;
+    if (auto info = d::read_node(s, full); info && info->ephemeral_owner == me) return std::pair{full, std::move(*info)};
+  }
+  return std::nullopt;
+}
+
+/// Returns: the contender kinds a lock of mode `m` queues with.
+unsigned kinds_of(lock_mode m) {
+  namespace d = zklock::detail;
+  switch (m) {
+    case lock_mode::exclusive: return d::exclusive_rule::kinds;
+    case lock_mode::shared:
+    case lock_mode::write: return d::read_rule::kinds;
+    case lock_mode::permits: return d::semaphore_rule::kinds;
+  }
+  return all_kinds;
+}
+
+/// Effects: one attempt (timeout 0), a wait bounded by `timeout`, or a wait without end (none).
+/// Returns: whether the lock is held.
+template <class Once, class For, class Forever>
+bool attempt(const std::optional<ms>& timeout, Once once, For for_, Forever forever) {
+  if (!timeout) {
+    forever();
+    return true;
+  }
+  if (*timeout == ms::zero()) return once();
+  return for_(*timeout);
+}
+
+int exit_status_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return exit_code::signal_base + WTERMSIG(status);
+  return exit_code::software;
+}
+
+int cmd_exec(const options& o) {
+  namespace d = zklock::detail;
+  const std::string file = resolve_command(o.argv.front());  // fail fast, before waiting for a lock
+
+  fd_t sigfd = block_signals();  // before the session starts its threads
+  auto s = open_session(o);
+
+  // Different modes queue separate node kinds: say so when the path is used in another mode.
+  if (const auto listing = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout)) {
+    const auto others = d::sorted_contenders(*listing, all_kinds & ~kinds_of(o.mode));
+    if (!others.empty())
+      say("warning: %s has %s contenders, which this lock does not exclude (see --shared, --write, --permits)",
+          o.path.c_str(), kind_name(others.front().kind));
+  }
+
+  std::optional<zklock::mutex> mx;
+  std::optional<zklock::shared_mutex> rw;
+  std::optional<zklock::counting_semaphore> sem;
+  const std::uint64_t generation = s->generation();
+  bool acquired = false;
+  {
+    acquire_interrupter interrupter{*s, sigfd.get()};
+    try {
+      switch (o.mode) {
+        case lock_mode::exclusive:
+          mx.emplace(*s, o.path);
+          acquired = attempt(o.timeout, [&] { return mx->try_lock(); }, [&](ms t) { return mx->try_lock_for(t); },
+                             [&] { mx->lock(); });
+          break;
+        case lock_mode::shared:
+          rw.emplace(*s, o.path);
+          acquired = attempt(o.timeout, [&] { return rw->try_lock_shared(); },
+                             [&](ms t) { return rw->try_lock_shared_for(t); }, [&] { rw->lock_shared(); });
+          break;
+        case lock_mode::write:
+          rw.emplace(*s, o.path);
+          acquired = attempt(o.timeout, [&] { return rw->try_lock(); }, [&](ms t) { return rw->try_lock_for(t); },
+                             [&] { rw->lock(); });
+          break;
+        case lock_mode::permits:
+          sem.emplace(*s, o.path, o.permits);
+          acquired = attempt(o.timeout, [&] { return sem->try_acquire(); },
+                             [&](ms t) { return sem->try_acquire_for(t); }, [&] { sem->acquire(); });
+          break;
+      }
+    } catch (...) {
+      if (const int sig = interrupter.stop()) {
+        if (g_verbose) say("%s while waiting for %s: gave up", signal_name(sig).c_str(), o.path.c_str());
+        return exit_code::signal_base + sig;
+      }
+      throw;
+    }
+    if (const int sig = interrupter.stop()) {  // came just as the lock was granted: the session is closed
+      if (g_verbose) say("%s while acquiring %s: gave up", signal_name(sig).c_str(), o.path.c_str());
+      return exit_code::signal_base + sig;
+    }
+  }
+  if (!acquired) {
+    if (*o.timeout == ms::zero()) say("%s is taken (--timeout 0: no waiting)", o.path.c_str());
+    else say("timed out after %lld ms waiting for %s", static_cast<long long>(o.timeout->count()), o.path.c_str());
+    return exit_code::timeout;
+  }
+
+  hold h;
+  switch (o.mode) {
+    case lock_mode::exclusive:
+      h.token = mx->fencing_token();
+      h.lost = mx->lost_token();
+      h.release = [&] { mx->unlock(); };
+      break;
+    case lock_mode::write:
+      h.token = rw->fencing_token();
+      h.lost = rw->lost_token();
+      h.release = [&] { rw->unlock(); };
+      break;
+    case lock_mode::shared:
+    case lock_mode::permits: {
+      // These holds have no fencing_token() of their own: the token is our node's czxid.
+      h.lost = o.mode == lock_mode::shared ? rw->lost_token() : std::stop_token{};
+      const auto mine = own_node(*s, o.path, d::kind_bit(o.mode == lock_mode::shared ? d::read_rule::own : d::semaphore_rule::own));
+      if (!mine) {
+        say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
+        return exit_code::lost;
+      }
+      h.token = mine->second.czxid;
+      if (o.mode == lock_mode::shared) {
+        h.release = [&] { rw->unlock_shared(); };
+      } else {
+        h.lease = std::make_shared<lease_watch>();
+        h.lost = h.lease->token();
+        h.session_loss.emplace(d::loss_token(*s, generation), lose_lease{h.lease});
+        const std::string node = mine->first;
+        const auto seen = d::watch_node(*s, node, h.lease, steady::now() + o.connect_timeout);
+        if (!seen || *seen == d::node_seen::gone) h.lease->lose();
+        h.release = [&h, &s, &sem, node] {
+          h.lease->release();  // our own delete is no loss
+          d::drop_watch(*s, node, false, h.lease.get());
+          try {
+            sem->release();
+          } catch (const std::exception&) {  // nothing held: nothing to release
+          }
+        };
+      }
+      break;
+    }
+  }
+  if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h.token));
+
+  // The loss signal, as a readable pipe for poll().
+  int lp[2];
+  if (::pipe2(lp, O_CLOEXEC | O_NONBLOCK) != 0) throw_errno("pipe2");
+  const fd_t lost_r{lp[0]}, lost_w{lp[1]};
+  const int lost_w_fd = lost_w.get();
+  std::stop_callback on_lost{h.lost, [lost_w_fd] {
+                               const char c = 1;
+                               [[maybe_unused]] auto n = ::write(lost_w_fd, &c, 1);
+                             }};
+  if (h.lost.stop_requested()) {
+    say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
+    h.release();
+    return exit_code::lost;
+  }
+
+  // CMD's argv and environment, prepared before fork (the child only makes system calls).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v = *e;
+    if (!v.starts_with("ZKLOCK_FENCING_TOKEN=") && !v.starts_with("ZKLOCK_PATH=")) env_strings.emplace_back(v);
+  }
+  env_strings.push_back("ZKLOCK_FENCING_TOKEN=" + std::to_string(h.token));
+  env_strings.push_back("ZKLOCK_PATH=" + o.path);
+  std::vector<char*> envp, argv;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o.argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int ep[2];  // the child reports a failed execve through it; closed by a successful one
+  if (::pipe2(ep, O_CLOEXEC) != 0) throw_errno("pipe2");
+  fd_t exec_r{ep[0]}, exec_w{ep[1]};
+  mark_own_fds_cloexec();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw_errno("fork");
+  if (pid == 0) {
+    // In the child: async-signal-safe calls only (the parent has other threads).
+    ::sigprocmask(SIG_SETMASK, &g_original_mask, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, o.kill_signal);  // zklock dies: the lock is no longer guaranteed
+    if (::getppid() != parent) ::_exit(exit_code::lost);
+    ::execve(file.c_str(), argv.data(), envp.data());
+    const int e = errno;
+    [[maybe_unused]] auto n = ::write(exec_w.get(), &e, sizeof e);
+    ::_exit(e == ENOENT ? exit_code::not_found : exit_code::cannot_execute);
+  }
+  exec_w = fd_t{};
+  int exec_errno = 0;
+  ssize_t got;
+  while ((got = ::read(exec_r.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {}
+  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    h.release();
+    say("cannot run %s: %s", o.argv.front().c_str(), std::strerror(exec_errno));
+    return exec_errno == ENOENT ? exit_code::not_found : exit_code::cannot_execute;
+  }
+  const fd_t pidfd{pidfd_open(pid)};
+  if (pidfd.get() < 0) {
+    const int e = errno;
+    ::kill(pid, SIGKILL);  // not reaped yet: still our child
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    errno = e;
+    throw_errno("pidfd_open");
+  }
+  if (g_verbose) say("running %s (pid %d)", o.argv.front().c_str(), static_cast<int>(pid));
+
+  // Wait for CMD; pass signals on; stop it if the lock is lost.
+  bool lost = false;
+  steady::time_point kill_at = steady::time_point::max();
+  int status = 0;
+  for (;;) {
+    pollfd p[3] = {{pidfd.get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}, {lost ? -1 : lost_r.get(), POLLIN, 0}};
+    const int r = ::poll(p, 3, poll_ms(kill_at));
+    if (r < 0 && errno != EINTR) throw_errno("poll");
+    if (r > 0 && p[2].revents && !lost) {
+      lost = true;
+      say("lost the lock on %s: stopping %s with %s%s", o.path.c_str(), o.argv.front().c_str(),
+          signal_name(o.kill_signal).c_str(),
+          o.kill_signal == SIGKILL ? "" : (", then SIGKILL after " + std::to_string(o.grace.count()) + " ms").c_str());
+      pidfd_send_signal(pidfd.get(), o.kill_signal);
+      if (o.kill_signal != SIGKILL) kill_at = steady::now() + o.grace;
+    }
+    if (r > 0 && p[1].revents) {
+      while (const auto si = next_signal(sigfd.get())) {
+        // The terminal signals the whole foreground process group (CMD included): don't double it.
+        if (si->ssi_code == SI_KERNEL) continue;
+        if (g_verbose) say("passing %s on to %s", signal_name(static_cast<int>(si->ssi_signo)).c_str(), o.argv.front().c_str());
+        pidfd_send_signal(pidfd.get(), static_cast<int>(si->ssi_signo));
+      }
+    }
+    if (r > 0 && p[0].revents) {
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+      break;
+    }
+    if (kill_at != steady::time_point::max() && steady::now() >= kill_at) {
+      say("%s still running %lld ms after %s: sending SIGKILL", o.argv.front().c_str(),
+          static_cast<long long>(o.grace.count()), signal_name(o.kill_signal).c_str());
+      pidfd_send_signal(pidfd.get(), SIGKILL);
+      kill_at = steady::time_point::max();
+    }
+  }
+  h.release();
+  if (lost) return exit_code::lost;
+  if (g_verbose) say("%s ended: exit status %d", o.argv.front().c_str(), exit_status_of(status));
+  return exit_status_of(status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_inherited_fds = open_fds();
+  try {
+    const options o = parse_args(argc, argv);
+    switch (o.cmd) {
+      case command::help:
+        std::fputs(help_text, stdout);
+        return exit_code::ok;
+      case command::version:
+        std::printf("zklock %s\n", ZKLOCK_VERSION);
+        return exit_code::ok;
+      case command::exec: return cmd_exec(o);
+      case command::ls: return cmd_ls(o);
+      case command::wait: return cmd_wait(o);
+      case command::none: break;
+    }
+    return exit_code::usage;
+  } catch (const exit_error& e) {
+    say("%s", e.message.c_str());
+    return e.code;
+  } catch (const std::exception& e) {
+    const exit_error err = classify(e);
+    say("%s", err.message.c_str());
+    return err.code;
+  }
+}

@@ -1,0 +1,644 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `zklock` command-line tool (cli/zklock.cpp), driven as a binary against the standalone
+// server: exec runs CMD under the lock with its fencing token, passes its exit status and signals,
+// excludes concurrent execs, times out, stops CMD when the lock is lost; ls lists holders and
+// waiters in order; wait returns once the lock is free; bad input and an unreachable server give
+// their own exit codes.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+#include "zk_test.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::steady_clock;
+
+#ifndef ZKLOCK_CLI_BIN
+#error "ZKLOCK_CLI_BIN (the path of the zklock binary) must be defined"
+#endif
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+/// A scratch directory, removed with its contents.
+struct scratch_dir {
+  std::filesystem::path path;
+  scratch_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "zklock-cli-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
+    path = t;
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+/// Environment changes for a run: a value sets the variable, nullopt removes it.
+using env_changes = std::map<std::string, std::optional<std::string>>;
+
+/// One run of the zklock binary in a process group of its own (with CMD and whatever CMD starts),
+/// stdout on a pipe, stderr in a file, stdin on a pipe kept by the test (closing it ends a CMD
+/// that waits with `read`). The destructor SIGKILLs the whole group and reaps: nothing is left
+/// behind, even when a test fails halfway. ZOOKEEPER_HOSTS is removed unless `env` sets it.
+class zklock_run {
+ public:
+  explicit zklock_run(std::vector<std::string> args, env_changes env = {}) : err_dir_() {
+    std::vector<std::string> argv_s{ZKLOCK_CLI_BIN};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    env.try_emplace("ZOOKEEPER_HOSTS", std::nullopt);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) {
+      const std::string_view v = *e;
+      const auto name = std::string{v.substr(0, v.find('='))};
+      if (!env.contains(name)) env_s.emplace_back(v);
+    }
+    for (const auto& [k, v] : env)
+      if (v) env_s.push_back(k + "=" + *v);
+    std::vector<char*> argv, envp;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
+    if (::pipe2(out, O_CLOEXEC) != 0) throw_errno("pipe2");
+    const std::string err_file = (err_dir_.path / "stderr").string();
+    const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (err < 0) throw_errno("open " + err_file);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) throw_errno("fork");
+    if (pid_ == 0) {  // async-signal-safe calls only: the test process has other threads
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(99);
+      ::dup2(in[0], STDIN_FILENO);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err, STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(98);
+    }
+    ::setpgid(pid_, pid_);  // also here: no race with a killpg before the child ran
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err);
+    to_child_ = in[1];
+    from_child_ = out[0];
+    ::fcntl(from_child_, F_SETFL, ::fcntl(from_child_, F_GETFL) | O_NONBLOCK);
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd_ < 0) throw_errno("pidfd_open");
+  }
+
+  ~zklock_run() {
+    ::kill(-pid_, SIGKILL);  // zklock, CMD and anything CMD left in the group
+    reap();
+    for (int fd : {to_child_, from_child_, pidfd_})
+      if (fd >= 0) ::close(fd);
+  }
+  zklock_run(const zklock_run&) = delete;
+  zklock_run& operator=(const zklock_run&) = delete;
+
+  pid_t pid() const noexcept { return pid_; }
+
+  /// Returns: the next line of stdout, or nullopt at its end or after `timeout`.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = 60s) {
+    const auto limit = steady_clock::now() + timeout;
+    for (;;) {
+      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      if (!readable(from_child_, limit) || !drain()) return std::nullopt;
+    }
+  }
+
+  /// Effects: closes CMD's stdin (ends a `read`).
+  void close_stdin() {
+    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
+  }
+
+  /// Effects: sends `sig` to the zklock process alone.
+  void signal(int sig) {
+    if (!reaped_ && ::syscall(SYS_pidfd_send_signal, pidfd_, sig, nullptr, 0) != 0) throw_errno("pidfd_send_signal");
+  }
+
+  /// Returns: whether zklock has exited.
+  bool exited() { return reaped_ || readable(pidfd_, steady_clock::now()); }
+
+  /// Effects: waits at most `timeout` for zklock to exit. Returns: its exit code, 256 + N if
+  /// killed by signal N, or -1 if still running.
+  int wait(std::chrono::milliseconds timeout = 60s) {
+    if (!reaped_ && !readable(pidfd_, steady_clock::now() + timeout)) return -1;
+    reap();
+    if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+    if (WIFSIGNALED(status_)) return 256 + WTERMSIG(status_);
+    return -2;
+  }
+
+  /// Returns: stdout not yet returned by read_line (all of it once zklock has exited).
+  std::string out() {
+    drain();
+    return std::exchange(buf_, {});
+  }
+
+  /// Returns: what zklock wrote to stderr so far.
+  std::string err() const { return slurp(err_dir_.path / "stderr"); }
+
+ private:
+  static bool readable(int fd, steady_clock::time_point limit) {
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(limit - steady_clock::now()).count();
+      pollfd p{fd, POLLIN, 0};
+      const int r = ::poll(&p, 1, static_cast<int>(std::max<long long>(left, 0)));
+      if (r > 0) return true;
+      if (r == 0) return false;
+      if (errno != EINTR) throw_errno("poll");
+    }
+  }
+  /// Effects: appends what stdout has now. Returns: false at its end.
+  bool drain() {
+    for (;;) {
+      char chunk[4096];
+      const ssize_t n = ::read(from_child_, chunk, sizeof chunk);
+      if (n > 0) {
+        buf_.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      return n < 0 && errno == EAGAIN;
+    }
+  }
+  void reap() {
+    if (reaped_) return;
+    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
+    reaped_ = true;
+  }
+
+  scratch_dir err_dir_;
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+  std::string buf_;
+};
+
+/// Runs zklock to the end. Returns: its exit code (see zklock_run::wait).
+int run(zklock_run& r, std::chrono::milliseconds timeout = 60s) { return r.wait(timeout); }
+
+/// Polls the server until `path` has `n` children, or `r` exits, or 30 s pass.
+bool await_children(const std::string& path, std::size_t n, zklock_run& r) {
+  const auto limit = steady_clock::now() + 30s;
+  while (zkt::children(path).size() != n) {
+    if (r.exited() || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling interval, not a synchronisation
+  }
+  return true;
+}
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in{line};
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in{text};
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+/// Returns: the number after "token=" in `line` (0 if none).
+std::int64_t token_in(const std::string& line) {
+  const auto pos = line.find("token=");
+  return pos == std::string::npos ? 0 : std::stoll(line.substr(pos + 6));
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+/// A holder: `zklock exec [mode...] PATH -- sh -c 'echo held token=...; read x; exit 0'`. It holds until
+/// release(); held() waits for CMD to start and returns its token.
+struct holder {
+  zklock_run run;
+  holder(const std::string& path, std::vector<std::string> mode = {})
+      : run([&] {
+          std::vector<std::string> a{"exec", "--connect", zkt::connect()};
+          a.insert(a.end(), mode.begin(), mode.end());
+          a.insert(a.end(), {path, "--", "sh", "-c", "echo held token=$ZKLOCK_FENCING_TOKEN; read x; exit 0"});
+          return a;
+        }()) {}
+  std::int64_t held() {
+    const auto line = run.read_line();
+    EXPECT_TRUE(line && line->starts_with("held token=")) << (line ? *line : "(no line)") << "\n" << run.err();
+    return line ? token_in(*line) : 0;
+  }
+  int release() {
+    run.close_stdin();
+    return run.wait();
+  }
+};
+
+// ---- help ------------------------------------------------------------------------------------
+
+TEST(CliHelp, HelpPrintsUsageAndExitCodes) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"}, {"-h"}, {"help"}, {"exec", "--help"}}) {
+    zklock_run r{args};
+    ASSERT_EQ(run(r), 0) << args.front();
+    const auto out = r.out();
+    for (const char* want : {"Usage:", "zklock exec", "zklock ls", "zklock wait", "--timeout", "--shared", "--permits",
+                             "--connect", "--kill-signal", "--grace", "ZOOKEEPER_HOSTS", "ZKLOCK_FENCING_TOKEN", "69",
+                             "75", "124", "125", "126", "127"})
+      EXPECT_NE(out.find(want), std::string::npos) << "help lacks " << want;
+  }
+  zklock_run v{{"--version"}};
+  EXPECT_EQ(run(v), 0);
+  EXPECT_TRUE(v.out().starts_with("zklock "));
+}
+
+// ---- exec -------------------------------------------------------------------------------------
+
+TEST(CliExec, RunsCommandWithTokenAndPassesItsExitCode) {
+  const auto path = zkt::unique_path("cli-exec");
+  zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c",
+                "echo token=$ZKLOCK_FENCING_TOKEN path=$ZKLOCK_PATH; exit 7"}};
+  EXPECT_EQ(run(r), 7) << r.err();
+  const auto out = r.out();
+  EXPECT_GT(token_in(out), 0) << out;
+  EXPECT_NE(out.find("path=" + path + "\n"), std::string::npos) << out;
+  EXPECT_TRUE(zkt::children(path).empty());
+
+  // The connect string from the environment; CMD killed by a signal: 128 + N.
+  zklock_run e{{"exec", path, "sh", "-c", "kill -KILL $$"}, {{"ZOOKEEPER_HOSTS", zkt::connect()}}};
+  EXPECT_EQ(run(e), 128 + SIGKILL) << e.err();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, EveryModeGivesCommandAToken) {
+  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--permits", "2"}}) {
+    const auto path = zkt::unique_path("cli-modes");
+    std::vector<std::string> args{"exec", "--connect", zkt::connect()};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.insert(args.end(), {path, "--", "sh", "-c", "echo token=$ZKLOCK_FENCING_TOKEN"});
+    zklock_run r{args};
+    EXPECT_EQ(run(r), 0) << r.err();
+    EXPECT_GT(token_in(r.out()), 0) << (mode.empty() ? "exclusive" : mode.front());
+    EXPECT_TRUE(zkt::children(path).empty());
+  }
+}
+
+TEST(CliExec, ConcurrentExecsDoNotOverlap) {
+  const auto path = zkt::unique_path("cli-overlap");
+  scratch_dir dir;
+  const auto log = (dir.path / "log").string();
+  // Each CMD appends "begin TOKEN", works a little, appends "end TOKEN".
+  const std::string body = "echo begin $ZKLOCK_FENCING_TOKEN >> '" + log +
+                           "'; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo end $ZKLOCK_FENCING_TOKEN >> '" +
+                           log + "'";
+  constexpr int procs = 6;
+  std::vector<std::unique_ptr<zklock_run>> runs;
+  for (int i = 0; i < procs; ++i)
+    runs.push_back(std::make_unique<zklock_run>(
+        std::vector<std::string>{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", body}));
+  for (auto& r : runs) EXPECT_EQ(r->wait(120s), 0) << r->err();
+  const auto text = lines(slurp(log));
+  ASSERT_EQ(text.size(), 2u * procs) << slurp(log);
+  std::int64_t last = 0;
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    const auto b = words(text[i]), e = words(text[i + 1]);
+    ASSERT_EQ(b.size(), 2u);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(b[0], "begin") << "line " << i;
+    EXPECT_EQ(e[0], "end") << "line " << i + 1;
+    EXPECT_EQ(b[1], e[1]) << "overlap at line " << i;
+    const std::int64_t token = std::stoll(b[1]);
+    EXPECT_GT(token, last) << "fencing tokens must grow from holder to holder";
+    last = token;
+  }
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, TimeoutWhileHeldExits124AndLeavesNothing) {
+  const auto path = zkt::unique_path("cli-timeout");
+  holder h{path};
+  h.held();
+  for (const char* timeout : {"300ms", "0"}) {
+    zklock_run r{{"exec", "--connect", zkt::connect(), "--timeout", timeout, path, "--", "echo", "ran"}};
+    EXPECT_EQ(run(r), 124) << timeout << ": " << r.err();
+    EXPECT_EQ(r.out(), "") << "CMD must not run without the lock";
+    EXPECT_NE(r.err().find(std::string{timeout} == "0" ? "is taken" : "timed out"), std::string::npos) << r.err();
+    EXPECT_EQ(zkt::children(path).size(), 1u) << "only the holder's node is left";
+  }
+  EXPECT_EQ(h.release(), 0);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, PermitsLetNHoldersInAtOnce) {
+  const auto path = zkt::unique_path("cli-permits");
+  holder a{path, {"--permits", "2"}}, b{path, {"--permits", "2"}};
+  const auto ta = a.held(), tb = b.held();
+  EXPECT_NE(ta, tb);
+  zklock_run third{{"exec", "--connect", zkt::connect(), "--permits", "2", "--timeout", "0", path, "--", "true"}};
+  EXPECT_EQ(run(third), 124) << third.err();
+
+  zklock_run ls{{"ls", "--connect", zkt::connect(), "--json", path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_NE(row.find("\"state\":\"holder\""), std::string::npos) << row;
+    EXPECT_NE(row.find("\"kind\":\"lease\""), std::string::npos) << row;
+  }
+  // Another lease count than the stored one is bad input.
+  zklock_run other{{"exec", "--connect", zkt::connect(), "--permits", "3", path, "--", "true"}};
+  EXPECT_EQ(run(other), 125);
+  EXPECT_NE(other.err().find("leases=2"), std::string::npos) << other.err();
+
+  EXPECT_EQ(a.release(), 0);
+  EXPECT_EQ(b.release(), 0);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, ForwardsSignalsToCommand) {
+  const auto path = zkt::unique_path("cli-signal");
+  {  // CMD traps SIGTERM and exits with its own code.
+    zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c",
+                  "trap 'kill $p; echo trapped; exit 42' TERM; sleep 30 & p=$!; echo ready; wait $p"}};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    r.signal(SIGTERM);
+    EXPECT_EQ(run(r), 42) << r.err();
+    EXPECT_EQ(r.out(), "trapped\n");
+  }
+  {  // CMD dies of it: 128 + 15.
+    zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", "echo ready; exec sleep 30"}};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    r.signal(SIGTERM);
+    EXPECT_EQ(run(r), 128 + SIGTERM) << r.err();
+  }
+  {  // USR1 too, and zklock keeps waiting for CMD.
+    zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c",
+                  "trap 'echo usr1' USR1; echo ready; read x; exit 3"}};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    r.signal(SIGUSR1);
+    EXPECT_EQ(r.read_line(), "usr1") << r.err();
+    r.close_stdin();
+    EXPECT_EQ(run(r), 3) << r.err();
+  }
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, SignalWhileWaitingGivesUpTheWait) {
+  const auto path = zkt::unique_path("cli-signal-wait");
+  holder h{path};
+  h.held();
+  zklock_run waiter{{"exec", "--connect", zkt::connect(), path, "--", "echo", "ran"}};
+  ASSERT_TRUE(await_children(path, 2, waiter)) << waiter.err();
+  waiter.signal(SIGINT);
+  EXPECT_EQ(run(waiter), 128 + SIGINT) << waiter.err();
+  EXPECT_EQ(waiter.out(), "");
+  EXPECT_EQ(zkt::children(path).size(), 1u) << "the waiter's node must be gone";
+  EXPECT_EQ(h.release(), 0);
+}
+
+TEST(CliExec, LostLockStopsCommandAndExits75) {
+  const auto path = zkt::unique_path("cli-lost");
+  {  // The kill signal (TERM) ends CMD.
+    zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", "echo ready; exec sleep 30"}};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    const auto kids = zkt::children(path);
+    ASSERT_EQ(kids.size(), 1u);
+    ASSERT_TRUE(zkt::remove(path + "/" + kids.front()));  // someone else deletes our node
+    EXPECT_EQ(run(r, 30s), 75) << r.err();
+    EXPECT_NE(r.err().find("lost the lock"), std::string::npos) << r.err();
+  }
+  {  // CMD survives --kill-signal USR1: SIGKILL after --grace.
+    zklock_run r{{"exec", "--connect", zkt::connect(), "--kill-signal", "USR1", "--grace", "200ms", path, "--", "sh", "-c",
+                  "trap 'echo usr1' USR1; echo ready; while :; do sleep 5 & wait $!; done"}};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    const auto kids = zkt::children(path);
+    ASSERT_EQ(kids.size(), 1u);
+    ASSERT_TRUE(zkt::remove(path + "/" + kids.front()));
+    EXPECT_EQ(r.read_line(), "usr1") << r.err();
+    EXPECT_EQ(run(r, 30s), 75) << r.err();
+    EXPECT_NE(r.err().find("SIGKILL"), std::string::npos) << r.err();
+  }
+}
+
+// ---- ls ---------------------------------------------------------------------------------------
+
+TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
+  const auto path = zkt::unique_path("cli-ls");
+  holder h{path};
+  const auto token = h.held();
+  zklock_run w{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", "echo token=$ZKLOCK_FENCING_TOKEN"}};
+  ASSERT_TRUE(await_children(path, 2, w)) << w.err();
+
+  zklock_run ls{{"ls", "--connect", zkt::connect(), path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  ASSERT_EQ(rows.size(), 3u) << ls.out();
+  EXPECT_EQ(words(rows[0]), (std::vector<std::string>{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "NODE"}));
+  const auto first = words(rows[1]), second = words(rows[2]);
+  ASSERT_EQ(first.size(), 8u) << rows[1];
+  ASSERT_EQ(second.size(), 8u) << rows[2];
+  EXPECT_EQ(first[0], "1");
+  EXPECT_EQ(first[1], "holder");
+  EXPECT_EQ(first[2], "lock");
+  EXPECT_EQ(first[3], std::to_string(token));
+  EXPECT_EQ(first[4], hostname());
+  EXPECT_EQ(first[5], std::to_string(h.run.pid()));
+  EXPECT_EQ(first[6].size(), 24u) << "ISO time like 2025-01-31T12:00:00.250Z: " << first[6];
+  EXPECT_TRUE(first[6].ends_with("Z"));
+  EXPECT_EQ(second[0], "2");
+  EXPECT_EQ(second[1], "waiter");
+  EXPECT_EQ(second[5], std::to_string(w.pid()));
+  EXPECT_GT(std::stoll(second[3]), token);
+
+  // JSON lines, the connect string from the environment.
+  zklock_run js{{"ls", "--json", path}, {{"ZOOKEEPER_HOSTS", zkt::connect()}}};
+  ASSERT_EQ(run(js), 0) << js.err();
+  const auto objs = lines(js.out());
+  ASSERT_EQ(objs.size(), 2u) << js.out();
+  EXPECT_NE(objs[0].find("\"position\":1,\"state\":\"holder\",\"kind\":\"lock\",\"token\":" + std::to_string(token) + ","),
+            std::string::npos)
+      << objs[0];
+  EXPECT_NE(objs[0].find("\"pid\":" + std::to_string(h.run.pid()) + ","), std::string::npos) << objs[0];
+  EXPECT_NE(objs[1].find("\"position\":2,\"state\":\"waiter\""), std::string::npos) << objs[1];
+  EXPECT_NE(objs[1].find("\"pid\":" + std::to_string(w.pid()) + ","), std::string::npos) << objs[1];
+
+  EXPECT_EQ(h.release(), 0);
+  EXPECT_EQ(run(w), 0) << w.err();
+  EXPECT_GT(token_in(w.out()), token);
+  zklock_run empty{{"ls", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(empty), 0);
+  EXPECT_EQ(empty.out(), "no contenders on " + path + "\n");
+}
+
+TEST(CliLs, ReadWriteQueueStates) {
+  const auto path = zkt::unique_path("cli-ls-rw");
+  holder r1{path, {"--shared"}};
+  r1.held();
+  holder w1{path, {"--write"}};
+  ASSERT_TRUE(await_children(path, 2, w1.run));
+  holder r2{path, {"--shared"}};
+  ASSERT_TRUE(await_children(path, 3, r2.run));
+
+  zklock_run ls{{"ls", "--connect", zkt::connect(), path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  ASSERT_EQ(rows.size(), 4u) << ls.out();
+  const std::vector<std::pair<std::string, std::string>> want{{"holder", "read"}, {"waiter", "write"}, {"waiter", "read"}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const auto w = words(rows[i + 1]);
+    ASSERT_GE(w.size(), 3u);
+    EXPECT_EQ(w[1], want[i].first) << rows[i + 1];
+    EXPECT_EQ(w[2], want[i].second) << rows[i + 1];
+  }
+  EXPECT_EQ(r1.release(), 0);
+  w1.held();  // the writer goes next, the reader behind it still waits
+  EXPECT_FALSE(r2.run.exited());
+  EXPECT_EQ(w1.release(), 0);
+  r2.held();
+  EXPECT_EQ(r2.release(), 0);
+}
+
+// ---- wait -------------------------------------------------------------------------------------
+
+TEST(CliWait, ReturnsOnceTheLockIsFree) {
+  const auto path = zkt::unique_path("cli-wait");
+  zklock_run free_now{{"wait", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(free_now), 0) << free_now.err();
+
+  holder h{path};
+  h.held();
+  zklock_run bounded{{"wait", "--connect", zkt::connect(), "--timeout", "300ms", path}};
+  EXPECT_EQ(run(bounded), 124) << bounded.err();
+
+  zklock_run waiter{{"wait", "--verbose", "--connect", zkt::connect(), path}};
+  // --verbose says "waiting" once the children watch is armed (stderr is a file: poll it).
+  const auto limit = steady_clock::now() + 30s;
+  while (waiter.err().find(path + " has 1 contender(s): waiting") == std::string::npos) {
+    ASSERT_FALSE(waiter.exited()) << waiter.err();
+    ASSERT_LT(steady_clock::now(), limit) << "not waiting: " << waiter.err();
+    std::this_thread::sleep_for(2ms);  // polling interval, not a synchronisation
+  }
+  EXPECT_EQ(h.release(), 0);
+  EXPECT_EQ(run(waiter), 0) << waiter.err();
+}
+
+// ---- bad input, missing command, no server ------------------------------------------------------
+
+TEST(CliErrors, BadInputExits125WithAMessage) {
+  const auto path = zkt::unique_path("cli-bad");
+  const std::string c = zkt::connect();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{}, "no command"},
+      {{"frobnicate", path}, "unknown command"},
+      {{"exec", "--connect", c, "relative/path", "--", "true"}, "not absolute"},
+      {{"exec", "--connect", c, "/zookeeper/x", "--", "true"}, "/zookeeper"},
+      {{"exec", "--connect", c, path + "/", "--", "true"}, "trailing"},
+      {{"exec", "--connect", c, path}, "needs a command"},
+      {{"exec", "--connect", c, path, "--"}, "needs a command"},
+      {{"exec", "--connect", c}, "needs a lock PATH"},
+      {{"exec", "--connect", c, "--timeout", "5parsecs", path, "--", "true"}, "bad --timeout"},
+      {{"exec", "--connect", c, "--timeout", "-1", path, "--", "true"}, "bad --timeout"},
+      {{"exec", "--connect", c, "--timeout", "", path, "--", "true"}, "bad --timeout"},
+      {{"exec", "--connect", c, "--grace", "soon", path, "--", "true"}, "bad --grace"},
+      {{"exec", "--connect", c, "--permits", "0", path, "--", "true"}, "bad --permits"},
+      {{"exec", "--connect", c, "--permits", "two", path, "--", "true"}, "bad --permits"},
+      {{"exec", "--connect", c, "--shared", "--permits", "2", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--kill-signal", "NOPE", path, "--", "true"}, "bad --kill-signal"},
+      {{"exec", "--connect", c, "--bogus", path, "--", "true"}, "unknown option"},
+      {{"exec", "--connect", c, "--timeout"}, "needs a value"},
+      {{"ls", "--connect", c, "--shared", path}, "does not apply"},
+      {{"ls", "--connect", c, path, "extra"}, "unexpected argument"},
+      {{"ls", path}, "no ZooKeeper"},
+      {{"ls", "--connect", "localhost", path}, "bad connect string"},
+      {{"ls", "--connect", "127.0.0.1:99999", path}, "65535"},
+      {{"wait", "--connect", c, "--session-timeout", "0", path}, "bad --session-timeout"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    zklock_run r{args};
+    EXPECT_EQ(run(r), 125) << "zklock" << shown << "\n" << r.err();
+    const auto err = r.err();
+    EXPECT_TRUE(err.starts_with("zklock: ")) << shown << ": " << err;
+    EXPECT_NE(err.find(message), std::string::npos) << "zklock" << shown << ": " << err;
+  }
+  EXPECT_FALSE(zkt::exists(path)) << "bad input must not touch the server";
+}
+
+TEST(CliErrors, CommandNotFound127NotExecutable126) {
+  const auto path = zkt::unique_path("cli-cmd");
+  scratch_dir dir;
+  const auto script = (dir.path / "not-executable.sh").string();
+  std::ofstream{script} << "#!/bin/sh\necho ran\n";
+  ::chmod(script.c_str(), 0644);
+  zklock_run missing{{"exec", "--connect", zkt::connect(), path, "--", "zklock-no-such-command-xyz"}};
+  EXPECT_EQ(run(missing), 127) << missing.err();
+  EXPECT_NE(missing.err().find("not found"), std::string::npos) << missing.err();
+  zklock_run missing_file{{"exec", "--connect", zkt::connect(), path, "--", (dir.path / "nothing").string()}};
+  EXPECT_EQ(run(missing_file), 127) << missing_file.err();
+  zklock_run noexec{{"exec", "--connect", zkt::connect(), path, "--", script}};
+  EXPECT_EQ(run(noexec), 126) << noexec.err();
+  EXPECT_NE(noexec.err().find("not executable"), std::string::npos) << noexec.err();
+  EXPECT_EQ(noexec.out(), "");
+  EXPECT_FALSE(zkt::exists(path)) << "a command that cannot run must not take the lock";
+}
+
+TEST(CliErrors, UnreachableServerExits69) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(zkt::free_port());
+  const auto path = zkt::unique_path("cli-down");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"exec", "--connect", nowhere, "--connect-timeout", "500ms", path, "--", "echo", "ran"},
+           {"ls", "--connect", nowhere, "--connect-timeout", "500ms", path},
+           {"wait", "--connect-timeout", "500ms", path}}) {
+    zklock_run r{args, {{"ZOOKEEPER_HOSTS", nowhere}}};
+    EXPECT_EQ(run(r), 69) << args.front() << ": " << r.err();
+    EXPECT_NE(r.err().find("cannot connect"), std::string::npos) << r.err();
+    EXPECT_EQ(r.out(), "");
+  }
+}
+
+}  // namespace
