@@ -456,7 +456,11 @@ struct session_impl {
   clock::duration loss_tolerance() const {  // mu held
     if (opts.loss_tolerance > std::chrono::milliseconds::zero()) return opts.loss_tolerance;
     const auto t = negotiated > std::chrono::milliseconds::zero() ? negotiated : opts.session_timeout;
-    return t / 3;
+    // The client notices silence 2/3 of t after it last heard from the server; the server may
+    // expire the session t after it last heard from us, which is a little earlier (and we hear of
+    // the silence a little late). Give up before that, with a margin of t/12, so that a waiter is
+    // never granted our lock while we still believe we hold it (2/3 + 1/3 had no margin at all).
+    return t / 4;
   }
 
   void run_worker() {

@@ -38,8 +38,9 @@ struct session_options {
   bool reestablish_after_expiry = true;  ///< open a new handle by itself when the session expires
   /// How long the session may stay suspended (disconnected) before zklock gives it up: its locks
   /// count as lost (lost_token() fires), the handle is closed so that its nodes cannot come back,
-  /// and the state becomes `expired`. Zero = the default, a third of the negotiated session timeout:
-  /// the client notices silence after 2/3 of it, so the server may expire the session 1/3 later.
+  /// and the state becomes `expired`. Zero = the default, a quarter of the negotiated session
+  /// timeout: the client notices silence 2/3 of it after the last reply, and the server may expire
+  /// the session 1/3 later; giving up at 11/12 leaves a margin of 1/12 before anyone else is granted.
   std::chrono::milliseconds loss_tolerance{0};
 };
 

@@ -1,0 +1,1109 @@
+// SPDX-License-Identifier: Apache-2.0
+// Safety under injected faults: a holder process SIGKILLed, a holder paused while its session is
+// expired (fencing), a create whose reply is lost (protected creation), the ensemble's leader
+// killed during contention, the quorum lost for longer than the session timeout, and a holder cut
+// off by a TCP proxy. Each test runs its own server or ensemble. Every session timeout and fault
+// duration is multiplied by ZKLOCK_FAULT_SCALE (default 1.0) for slow machines. The binary
+// re-executes itself as the holder process of the first two tests (see main() at the bottom).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+#include "zk_test.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr std::string_view child_flag = "--zklock-fault-child";
+
+// ---- timing -------------------------------------------------------------------------------------
+
+/// Returns: ZKLOCK_FAULT_SCALE (default 1.0): the factor for every session timeout and fault duration.
+double fault_scale() {
+  static const double scale = [] {
+    const char* e = std::getenv("ZKLOCK_FAULT_SCALE");
+    if (!e || !*e) return 1.0;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(v >= 0.25 && v <= 100.0)) {
+      std::fprintf(stderr, "ZKLOCK_FAULT_SCALE=\"%s\" ignored: want a number in 0.25..100\n", e);
+      return 1.0;
+    }
+    return v;
+  }();
+  return scale;
+}
+
+/// Returns: `d` multiplied by the fault scale.
+milliseconds scaled(milliseconds d) {
+  return milliseconds{static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * fault_scale()))};
+}
+
+long long ms_between(steady_clock::time_point a, steady_clock::time_point b) {
+  return std::chrono::duration_cast<milliseconds>(b - a).count();
+}
+
+/// Effects: prints a measurement (and records it in the XML report); `unit` "ms" or "".
+void report(const std::string& key, long long value, std::string_view unit = "ms") {
+  std::printf("[ measured ] %s = %lld%s%.*s (scale %.2f)\n", key.c_str(), value, unit.empty() ? "" : " ",
+              static_cast<int>(unit.size()), unit.data(), fault_scale());
+  std::fflush(stdout);
+  ::testing::Test::RecordProperty(key, std::to_string(value));
+}
+
+/// A blocking lock() that gives up (throws lock_timeout) instead of hanging a broken test, owned by
+/// the object so that the test thread may inspect or release what a helper thread acquired.
+using bounded_mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                          zklock::reentrancy_counted_owner, zklock::timeout_throw_after<300'000>>;
+
+// ---- small system helpers -----------------------------------------------------------------------
+
+[[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
+
+// pidfds through syscall(2): glibc 2.36's <sys/pidfd.h> does not link from C++.
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_send_signal(int fd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0)); }
+
+void write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("write");
+    }
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+/// Returns: whether `fd` became readable before `limit`.
+bool wait_readable(int fd, steady_clock::time_point limit) {
+  for (;;) {
+    const auto left = std::chrono::ceil<milliseconds>(limit - steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1'000'000)));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) throw_errno("poll");
+  }
+}
+
+/// Reads newline-terminated lines from a file descriptor.
+class line_reader {
+ public:
+  explicit line_reader(int fd = -1) : fd_(fd) {}
+  void reset(int fd) {
+    fd_ = fd;
+    buf_.clear();
+  }
+  /// Returns: the next line, or nullopt on end of file, error, or after `timeout`.
+  std::optional<std::string> next(milliseconds timeout) {
+    const auto limit = steady_clock::now() + timeout;
+    for (;;) {
+      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      if (fd_ < 0 || !wait_readable(fd_, limit)) return std::nullopt;
+      char chunk[512];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buf_;
+};
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 0xf];
+  }
+  return out;
+}
+
+std::string from_hex(std::string_view hex) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::invalid_argument("bad hex digit");
+  };
+  if (hex.size() % 2) throw std::invalid_argument("odd hex length");
+  std::string out;
+  for (std::size_t i = 0; i < hex.size(); i += 2)
+    out += static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1]));
+  return out;
+}
+
+// ---- processes ----------------------------------------------------------------------------------
+
+/// A process started by the test, optionally with pipes to its stdin and from its stdout. The
+/// destructor kills (SIGKILL) and reaps it if the test has not: nothing is left behind.
+class process {
+ public:
+  process(const std::vector<std::string>& args, bool pipes) {
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int in[2] = {-1, -1}, out[2] = {-1, -1};
+    posix_spawn_file_actions_t fa;
+    ::posix_spawn_file_actions_init(&fa);
+    if (pipes) {
+      if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
+      if (::pipe2(out, O_CLOEXEC) != 0) {
+        ::close(in[0]);
+        ::close(in[1]);
+        throw_errno("pipe2");
+      }
+      ::posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+      ::posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+    } else {
+      ::posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+      ::posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    }
+    const int rc = ::posix_spawnp(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&fa);
+    if (pipes) {
+      ::close(in[0]);
+      ::close(out[1]);
+      to_child_ = in[1];
+      from_child_ = out[0];
+      lines_.reset(from_child_);
+    }
+    if (rc != 0) {
+      reaped_ = true;
+      close_fds();
+      throw std::system_error(rc, std::generic_category(), "posix_spawn " + args.front());
+    }
+    pidfd_ = pidfd_open(pid_);
+    if (pidfd_ < 0) {
+      const int e = errno;
+      ::kill(pid_, SIGKILL);  // not reaped yet: the pid is still ours
+      reap();
+      close_fds();
+      throw std::system_error(e, std::generic_category(), "pidfd_open");
+    }
+  }
+
+  /// Returns: this test binary running ROLE ARGS... as a child (see child_main).
+  static std::unique_ptr<process> self(const std::vector<std::string>& role_args) {
+    const char* bin = std::getenv("ZKLOCK_TEST_BIN");
+    std::vector<std::string> args{bin && *bin ? bin : "/proc/self/exe", std::string{child_flag},
+                                  std::to_string(::getpid())};
+    args.insert(args.end(), role_args.begin(), role_args.end());
+    return std::make_unique<process>(args, true);
+  }
+
+  ~process() {
+    if (!reaped_) {
+      pidfd_send_signal(pidfd_, SIGKILL);
+      reap();
+    }
+    close_fds();
+  }
+  process(const process&) = delete;
+  process& operator=(const process&) = delete;
+
+  pid_t pid() const noexcept { return pid_; }
+
+  /// Effects: writes `line` and a newline to the child's stdin.
+  void send(std::string_view line) { write_all(to_child_, std::string{line} + "\n"); }
+
+  /// Effects: closes the child's stdin (a child role ends on end of file).
+  void close_stdin() noexcept {
+    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
+  }
+
+  /// Returns: the child's next line, or nullopt on end of file or after `timeout`.
+  std::optional<std::string> read_line(milliseconds timeout) { return lines_.next(timeout); }
+
+  /// Effects: sends `sig` unless the child was reaped (a pidfd never hits a recycled pid).
+  void signal(int sig) {
+    if (!reaped_ && pidfd_send_signal(pidfd_, sig) != 0) throw_errno("pidfd_send_signal");
+  }
+
+  /// Effects: SIGKILL unless reaped; errors ignored (for cleanup paths).
+  void kill_quietly() noexcept {
+    if (!reaped_) pidfd_send_signal(pidfd_, SIGKILL);
+  }
+
+  /// Returns: whether the process's state is `state` ('T' stopped, 'S' sleeping, ...) within `limit`.
+  bool await_state(char state, milliseconds limit) const {
+    const auto until = steady_clock::now() + limit;
+    for (;;) {
+      std::ifstream in{"/proc/" + std::to_string(pid_) + "/stat"};
+      std::string text;
+      std::getline(in, text);
+      const auto paren = text.rfind(')');
+      const bool is = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == state;
+      if (is) return true;
+      if (steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(1ms);  // polling the kernel's view, not a synchronisation
+    }
+  }
+
+  /// Returns: whether the process has exited (without reaping it).
+  bool exited() const { return reaped_ || wait_readable(pidfd_, steady_clock::now()); }
+
+  /// Effects: waits at most `timeout` for the process to exit and reaps it.
+  /// Returns: its wait status, or nullopt if it is still running.
+  std::optional<int> wait(milliseconds timeout) {
+    if (!reaped_ && !wait_readable(pidfd_, steady_clock::now() + timeout)) return std::nullopt;
+    reap();
+    return status_;
+  }
+
+ private:
+  void reap() {
+    if (reaped_) return;
+    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
+    reaped_ = true;
+  }
+  void close_fds() noexcept {
+    for (int* fd : {&to_child_, &from_child_, &pidfd_})
+      if (*fd >= 0) ::close(std::exchange(*fd, -1));
+  }
+
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+  line_reader lines_;
+};
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+std::string tools_dir() {
+  const char* t = std::getenv("ZKLOCK_TOOLS");
+  return t && *t ? t : ZKLOCK_SOURCE_DIR "/tools";
+}
+
+/// A fresh directory under the system temp dir, removed with its contents.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "zklock-faults-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
+    path = t;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+// ---- TCP ----------------------------------------------------------------------------------------
+
+/// Returns: a connected TCP socket to 127.0.0.1:port with `timeout` on reads, or -1.
+int dial(int port, milliseconds timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Returns: a four-letter word's answer from the server at `port` ("" if it does not answer).
+std::string four_letter_at(int port, std::string_view word) {
+  const int fd = dial(port, 3s);
+  if (fd < 0) return {};
+  std::string out;
+  if (::send(fd, word.data(), word.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(word.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+/// Returns: the client ports of a connect string "127.0.0.1:p1,127.0.0.1:p2,...", in node order.
+std::vector<int> ports_of(const std::string& connect) {
+  std::vector<int> out;
+  std::stringstream in{connect};
+  for (std::string hp; std::getline(in, hp, ',');) out.push_back(std::stoi(hp.substr(hp.rfind(':') + 1)));
+  return out;
+}
+
+/// Returns: the session ids connected to the server at `port` (from `cons`).
+std::vector<std::int64_t> sessions_at(int port) {
+  std::vector<std::int64_t> out;
+  const std::string cons = four_letter_at(port, "cons");
+  for (std::size_t pos = 0; (pos = cons.find("sid=0x", pos)) != std::string::npos;) {
+    pos += 6;
+    out.push_back(static_cast<std::int64_t>(std::strtoull(cons.c_str() + pos, nullptr, 16)));
+  }
+  return out;
+}
+
+// ---- a raw ZooKeeper handle (what the server really has, and session hijacking) -------------------
+
+extern "C" void fault_quiet_log(const char*) {}
+
+extern "C" void fault_raw_watcher(zhandle_t*, int type, int state, const char*, void* ctx);
+
+/// A C-client handle outside zklock. With `id`, it takes over that session (used to expire it).
+class raw_client {
+ public:
+  explicit raw_client(const std::string& connect, const clientid_t* id = nullptr) {
+    zh_ = zookeeper_init2(connect.c_str(), &fault_raw_watcher, 10'000, id, this, 0, &fault_quiet_log);
+    if (!zh_) throw std::runtime_error("zookeeper_init2 failed for " + connect);
+  }
+  ~raw_client() { zookeeper_close(zh_); }  // joins the client's threads: no callback after this
+  raw_client(const raw_client&) = delete;
+  raw_client& operator=(const raw_client&) = delete;
+
+  /// Returns: whether the handle connected (or learnt that its session expired) within `limit`.
+  bool await_answer(milliseconds limit) {
+    std::unique_lock lk{mu_};
+    return cv_.wait_for(lk, limit, [&] { return state_ == ZOO_CONNECTED_STATE || state_ == ZOO_EXPIRED_SESSION_STATE; });
+  }
+
+  /// Returns: the children of `path` (empty if it is missing), or nullopt if the call failed.
+  std::optional<std::vector<std::string>> children(const std::string& path) {
+    String_vector kids{};
+    const int rc = zoo_get_children(zh_, path.c_str(), 0, &kids);
+    if (rc == ZNONODE) return std::vector<std::string>{};
+    if (rc != ZOK) return std::nullopt;
+    std::vector<std::string> out;
+    for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
+    deallocate_String_vector(&kids);
+    return out;
+  }
+
+  void on_state(int state) {
+    {
+      std::lock_guard lk{mu_};
+      state_ = state;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  zhandle_t* zh_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int state_ = 0;
+};
+
+extern "C" void fault_raw_watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
+  if (type == ZOO_SESSION_EVENT && ctx) static_cast<raw_client*>(ctx)->on_state(state);
+}
+
+/// Effects: ends session `sid` on the server: a second handle takes it over with its password,
+/// then closes it. Only safe against a client that cannot answer (its process stopped): a live
+/// one would take its session back. Returns: whether the second handle got an answer.
+bool expire_session(const std::string& connect, std::int64_t sid, const std::string& password) {
+  clientid_t id{};
+  id.client_id = sid;
+  std::memcpy(id.passwd, password.data(), std::min(password.size(), sizeof id.passwd));
+  raw_client hijack{connect, &id};
+  return hijack.await_answer(30s);  // then the destructor's close ends the session
+}
+
+/// Returns: the children of `path`, asking again (for at most `limit`) while the ensemble does not answer.
+std::vector<std::string> children_retry(raw_client& c, const std::string& path, milliseconds limit = 30s) {
+  const auto until = steady_clock::now() + limit;
+  for (;;) {
+    if (auto kids = c.children(path)) return *kids;
+    if (steady_clock::now() > until) throw std::runtime_error("no answer listing " + path);
+    std::this_thread::sleep_for(20ms);  // retry interval while the ensemble recovers
+  }
+}
+
+// ---- the TCP proxy (tools/zkproxy.py) -------------------------------------------------------------
+
+/// tools/zkproxy.py in front of one server, controlled over its control port.
+class zk_proxy {
+ public:
+  explicit zk_proxy(const std::string& target) {
+    const auto ready = (dir_.path / "ready").string();
+    proc_ = std::make_unique<process>(
+        std::vector<std::string>{"python3", tools_dir() + "/zkproxy.py", "--listen", "0", "--target", target, "--ctrl",
+                                 "0", "--ready-file", ready, "--owner", std::to_string(::getpid())},
+        false);
+    const auto until = steady_clock::now() + 30s;
+    while (!std::filesystem::exists(ready)) {
+      if (proc_->exited() || steady_clock::now() > until) throw std::runtime_error("zkproxy.py did not start");
+      std::this_thread::sleep_for(5ms);  // polling for another process's ready file
+    }
+    std::ifstream in{ready};
+    int ctrl = 0;
+    in >> port_ >> ctrl;
+    ctrl_ = dial(ctrl, 10s);
+    if (ctrl_ < 0) throw std::runtime_error("cannot reach zkproxy.py's control port");
+    replies_.reset(ctrl_);
+  }
+  ~zk_proxy() {
+    if (ctrl_ >= 0) ::close(ctrl_);
+    proc_->signal(SIGTERM);
+    if (!proc_->wait(10s)) proc_->signal(SIGKILL);  // the destructor reaps it
+  }
+  zk_proxy(const zk_proxy&) = delete;
+  zk_proxy& operator=(const zk_proxy&) = delete;
+
+  /// Returns: the connect string that goes through the proxy.
+  std::string connect() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  /// Effects: sends `cmd` ("cut", "blackhole", "heal"). Returns: the proxy's answer.
+  std::string command(const std::string& cmd) {
+    const std::string line = cmd + "\n";
+    if (::send(ctrl_, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+      throw_errno("zkproxy control");
+    return replies_.next(10s).value_or("(no answer)");
+  }
+
+ private:
+  temp_dir dir_;
+  std::unique_ptr<process> proc_;
+  int port_ = 0;
+  int ctrl_ = -1;
+  line_reader replies_;
+};
+
+// ---- loss signals ---------------------------------------------------------------------------------
+
+/// Records when a stop token fires.
+class loss_clock {
+ public:
+  explicit loss_clock(std::stop_token t) : cb_(std::move(t), fire{this}) {}
+  bool wait(milliseconds limit) {
+    std::unique_lock lk{mu_};
+    return cv_.wait_for(lk, limit, [&] { return at_.has_value(); });
+  }
+  bool fired() const {
+    std::lock_guard lk{mu_};
+    return at_.has_value();
+  }
+  /// Returns: when it fired (precondition: fired()).
+  steady_clock::time_point at() const {
+    std::lock_guard lk{mu_};
+    return at_.value();
+  }
+
+ private:
+  struct fire {
+    loss_clock* p;
+    void operator()() const noexcept {
+      {
+        std::lock_guard lk{p->mu_};
+        p->at_ = steady_clock::now();
+      }
+      p->cv_.notify_all();
+    }
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<steady_clock::time_point> at_;
+  std::stop_callback<fire> cb_;  // last: may fire while constructed
+};
+
+/// The outcome of a lock() run on a helper thread.
+struct grant {
+  bool held = false;
+  steady_clock::time_point at{};
+  std::string error;
+};
+
+/// Effects: runs m.lock() on a new thread. Returns: its outcome, when it has one.
+template <class Mutex>
+std::future<grant> lock_async(Mutex& m) {
+  return std::async(std::launch::async, [&m] {
+    grant g;
+    try {
+      m.lock();
+      g.held = true;
+    } catch (const std::exception& e) {
+      g.error = e.what();
+    }
+    g.at = steady_clock::now();
+    return g;
+  });
+}
+
+/// Kills a process when the scope ends: a test that fails early must not leave a helper thread
+/// waiting (in a lock() that throws only after minutes) for a holder that would never go.
+struct kill_at_exit {
+  process& p;
+  ~kill_at_exit() { p.kill_quietly(); }
+};
+
+/// Returns: whether the server lists `n` children of `path` within `limit` (a queued contender is one).
+bool await_children(const std::string& path, std::size_t n, milliseconds limit = 30s) {
+  const auto until = steady_clock::now() + limit;
+  while (zkt::children(path).size() != n) {
+    if (steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(2ms);  // polling the server, not a synchronisation
+  }
+  return true;
+}
+
+zklock::session_options opts(const std::string& connect, milliseconds session_timeout) {
+  zklock::session_options o;
+  o.connect = connect;
+  o.session_timeout = session_timeout;
+  o.connect_timeout = 15s;
+  return o;
+}
+
+/// A fenced store (the resource the lock protects): accepts a write only with a fencing token at
+/// least as high as the highest it has seen.
+class fenced_store {
+ public:
+  bool write(std::int64_t token, const std::string& value) {
+    std::lock_guard lk{mu_};
+    if (token < highest_) return false;
+    highest_ = token;
+    value_ = value;
+    return true;
+  }
+  std::string value() const {
+    std::lock_guard lk{mu_};
+    return value_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::int64_t highest_ = 0;
+  std::string value_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Child side: `<self> --zklock-fault-child PARENT_PID ROLE ARGS...`, one report line each on stdout.
+
+std::mutex g_say_mu;
+void say(const std::string& line) {
+  std::lock_guard lk{g_say_mu};
+  write_all(STDOUT_FILENO, line + "\n");
+}
+
+// hold CONNECT LOCK TIMEOUT_MS: takes a zklock::mutex, says "held TOKEN SID PASSWORD_HEX", says
+// "lost" when its lost_token() fires. Commands on stdin: "write VALUE" is answered "write TOKEN
+// VALUE" (a write to the fenced store with the token of its hold, whether or not it still holds:
+// like a process paused between its check and its write); "owned" is answered "owned 0|1". Ends
+// on end of file.
+int role_hold(const std::vector<std::string>& a) {
+  zklock::session s{opts(a.at(0), milliseconds{std::stoll(a.at(2))})};
+  zklock::mutex m{s, a.at(1)};
+  m.lock();
+  const std::int64_t token = m.fencing_token();
+  const auto lost = m.lost_token();
+  std::stop_callback report_loss{lost, [] { say("lost"); }};
+  say("held " + std::to_string(token) + " " + std::to_string(s.id()) + " " + to_hex(zklock::detail::session_password(s)));
+  line_reader in{STDIN_FILENO};
+  while (const auto cmd = in.next(24h)) {
+    if (cmd->starts_with("write ")) say("write " + std::to_string(token) + " " + cmd->substr(6));
+    else if (*cmd == "owned") say(std::string{"owned "} + (m.still_owned() ? "1" : "0"));
+  }
+  m.unlock();
+  return 0;
+}
+
+int child_main(int argc, char** argv) {
+  try {
+    if (argc < 4) throw std::invalid_argument("usage: --zklock-fault-child PARENT_PID ROLE ARGS...");
+    // Die with the parent (its spawning thread, the test's main thread); checked after the prctl.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
+    if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
+    const std::string_view role = argv[3];
+    const std::vector<std::string> args(argv + 4, argv + argc);
+    if (role == "hold") return role_hold(args);
+    throw std::invalid_argument("unknown role " + std::string{role});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zklock fault child %d: %s\n", static_cast<int>(::getpid()), e.what());
+    return 2;
+  }
+}
+
+/// What a holder child said first: "held TOKEN SID PASSWORD_HEX".
+struct child_hold {
+  std::int64_t token = 0;
+  std::int64_t sid = 0;
+  std::string password;
+};
+
+std::optional<child_hold> parse_held(const std::optional<std::string>& line) {
+  if (!line) return std::nullopt;
+  std::istringstream in{*line};
+  std::string word, hex;
+  child_hold h;
+  if (!(in >> word >> h.token >> h.sid >> hex) || word != "held") return std::nullopt;
+  h.password = from_hex(hex);
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 1. A holder process SIGKILLed: a waiter in another process gets the lock once the holder's
+// session times out, never before the kill.
+TEST(FaultInjection, KilledHolderPassesTheLockAfterTheSessionTimeout) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("fi-kill");
+  const auto timeout = scaled(2000ms);
+  auto holder = process::self({"hold", zk.connect(), path, std::to_string(timeout.count())});
+  const auto held = parse_held(holder->read_line(60s));
+  ASSERT_TRUE(held) << "the holder did not report its hold";
+
+  zklock::session s{opts(zk.connect(), scaled(4000ms))};
+  bounded_mutex m{s, path};
+  const bool taken_while_held = m.try_lock();
+  EXPECT_FALSE(taken_while_held) << "try_lock succeeded while another process held the lock";
+  if (taken_while_held) m.unlock();
+
+  auto waiter = lock_async(m);
+  const kill_at_exit cleanup{*holder};
+  ASSERT_TRUE(await_children(path, 2)) << "the waiter did not queue";
+  ASSERT_EQ(waiter.wait_for(0s), std::future_status::timeout) << "granted while the holder lives";
+
+  const auto killed_at = steady_clock::now();
+  holder->signal(SIGKILL);
+  const auto st = holder->wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL) << describe(*st);
+
+  ASSERT_EQ(waiter.wait_for(timeout + scaled(30s)), std::future_status::ready) << "never granted";
+  const grant g = waiter.get();
+  ASSERT_TRUE(g.held) << g.error;
+  const auto after_kill = ms_between(killed_at, g.at);
+  report("kill_to_grant", after_kill);
+  EXPECT_GT(after_kill, 0) << "granted before the holder was killed";
+  // The server keeps a killed client's session for its timeout (less at most the ping interval,
+  // a third of it): a grant much sooner would mean the lock passed on while the session lived.
+  EXPECT_GE(after_kill, timeout.count() / 3) << "granted long before the holder's session could expire";
+  EXPECT_LE(after_kill, (timeout + scaled(10s)).count()) << "the lock took too long to pass on";
+  EXPECT_GT(m.fencing_token(), held->token);
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// 2. A holder paused (SIGSTOP) while its session is expired: after SIGCONT its lost_token() fires,
+// the waiter has the lock meanwhile, and the old holder's write with its old fencing token is
+// rejected by a fenced store that has seen the new holder's token.
+TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("fi-pause");
+  const auto timeout = scaled(4000ms);
+  auto holder = process::self({"hold", zk.connect(), path, std::to_string(timeout.count())});
+  const auto held = parse_held(holder->read_line(60s));
+  ASSERT_TRUE(held) << "the holder did not report its hold";
+  const auto kids = zkt::children(path);
+  ASSERT_EQ(kids.size(), 1u);
+  const std::string holder_node = kids[0];
+  EXPECT_EQ(zkt::stat_node(path + "/" + holder_node).ephemeral_owner, held->sid);
+
+  fenced_store store;
+  auto apply = [&store](const std::optional<std::string>& line) -> std::optional<bool> {
+    std::istringstream in{line.value_or("")};
+    std::string word, value;
+    std::int64_t token = 0;
+    if (!(in >> word >> token >> value) || word != "write") return std::nullopt;
+    return store.write(token, value);
+  };
+  holder->send("write from-holder-1");
+  EXPECT_EQ(apply(holder->read_line(30s)), std::optional<bool>{true}) << "the live holder's write";
+
+  zklock::session s{opts(zk.connect(), scaled(4000ms))};
+  bounded_mutex m{s, path};
+  auto waiter = lock_async(m);
+  const kill_at_exit cleanup{*holder};
+  ASSERT_TRUE(await_children(path, 2)) << "the waiter did not queue";
+
+  holder->signal(SIGSTOP);
+  ASSERT_TRUE(holder->await_state('T', 10s)) << "the holder did not stop";
+  const auto expiring_at = steady_clock::now();
+  ASSERT_TRUE(expire_session(zk.connect(), held->sid, held->password)) << "could not take over the session";
+
+  ASSERT_EQ(waiter.wait_for(scaled(30s)), std::future_status::ready) << "the waiter never got the lock";
+  const grant g = waiter.get();
+  ASSERT_TRUE(g.held) << g.error;
+  report("expiry_to_grant", ms_between(expiring_at, g.at));
+  const std::int64_t new_token = m.fencing_token();
+  EXPECT_GT(new_token, held->token);
+  EXPECT_TRUE(store.write(new_token, "from-new-holder"));
+  const auto kids_now = zkt::children(path);
+  EXPECT_EQ(std::count(kids_now.begin(), kids_now.end(), holder_node), 0) << "the expired holder's node is still there";
+
+  // The old holder wakes up and goes on with its write, then learns of the loss.
+  const auto resumed_at = steady_clock::now();
+  holder->signal(SIGCONT);
+  holder->send("write from-stale-holder");
+  bool wrote = false, lost = false;
+  while (!(wrote && lost)) {
+    const auto line = holder->read_line(timeout + scaled(10s));
+    ASSERT_TRUE(line) << "the paused holder did not report " << (wrote ? "its loss" : "its write");
+    if (*line == "lost") {
+      lost = true;
+      report("resume_to_lost", ms_between(resumed_at, steady_clock::now()));
+    } else {
+      const auto accepted = apply(line);
+      ASSERT_TRUE(accepted.has_value()) << "unexpected line from the holder: " << *line;
+      EXPECT_FALSE(*accepted) << "the fenced store accepted a write with the expired holder's token";
+      wrote = true;
+    }
+  }
+  EXPECT_EQ(store.value(), "from-new-holder");
+  holder->send("owned");
+  EXPECT_EQ(holder->read_line(30s), std::optional<std::string>{"owned 0"});
+  holder->close_stdin();
+  const auto st = holder->wait(30s);
+  ASSERT_TRUE(st.has_value()) << "the old holder did not exit";
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << describe(*st);
+  EXPECT_TRUE(m.still_owned());
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// 3. A create whose reply never arrives. The server is paused, then lock() sends its create, which
+// waits in the server's socket; the client gives the connection up (outcome unknown). A proxy in
+// front of the server holds the client's reconnect while the server resumes and executes the
+// orphaned create: the node exists, ours, while the client does not know it. Once the proxy heals,
+// lock() finds and adopts exactly that node (protected creation), and unlock leaves nothing.
+TEST(FaultInjection, CreateWhoseReplyIsLostIsAdoptedExactlyOnce) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-orphan");
+  zkt::create_path(path);  // persistent: the create must not fail for a missing parent
+  const auto timeout = scaled(6000ms);
+  zklock::session s{opts(proxy.connect(), timeout)};
+  bounded_mutex m{s, path};
+  ASSERT_TRUE(m.try_lock());  // a round trip right before the pause: the session's clocks start now
+  m.unlock();
+
+  zk.pause();
+  const auto paused_at = steady_clock::now();
+  auto locker = lock_async(m);
+  const bool suspended = s.wait_for(zklock::session_state::suspended, timeout);
+  const auto suspended_at = steady_clock::now();
+  // Hold the client's reconnection, then let the server run what it had received.
+  const auto blackhole = proxy.command("blackhole");
+  zk.resume();
+  ASSERT_TRUE(suspended) << "the client never noticed the stalled server";
+  ASSERT_EQ(blackhole, "ok blackhole");
+  report("pause_to_suspended", ms_between(paused_at, suspended_at));
+
+  std::vector<std::string> kids;
+  const auto until = steady_clock::now() + timeout / 4;
+  while ((kids = zkt::children(path)).empty() && steady_clock::now() < until)
+    std::this_thread::sleep_for(2ms);  // polling the server, not a synchronisation
+  const bool orphan_seen = kids.size() == 1;
+  const bool still_waiting = locker.wait_for(0s) == std::future_status::timeout;
+  const auto orphan = orphan_seen ? zkt::stat_node(path + "/" + kids[0]) : zkt::node_stat{};
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+
+  ASSERT_TRUE(orphan_seen) << "the server did not execute the create sent while it was paused (" << kids.size()
+                           << " nodes)";
+  EXPECT_TRUE(still_waiting) << "lock() returned before the client could have learnt the create's outcome";
+  EXPECT_EQ(orphan.ephemeral_owner, s.id()) << "the orphan belongs to another session";
+
+  ASSERT_EQ(locker.wait_for(scaled(30s)), std::future_status::ready) << "lock() did not return after the heal";
+  const grant g = locker.get();
+  ASSERT_TRUE(g.held) << g.error;
+  EXPECT_EQ(s.generation(), 1u) << "the session should have survived the stall";
+  const auto after = zkt::children(path);
+  ASSERT_EQ(after.size(), 1u) << "a second contender node was created";
+  EXPECT_EQ(after[0], kids[0]) << "lock() did not adopt the node its lost create had made";
+  EXPECT_EQ(zkt::stat_node(path + "/" + after[0]).ephemeral_owner, s.id());
+  EXPECT_EQ(m.fencing_token(), orphan.czxid);
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty()) << "unlock left a node behind";
+}
+
+// 4. The leader of a 3-node ensemble killed while several sessions contend for one lock: grants
+// resume soon, no hold is reported lost, and never two holders at once.
+TEST(FaultInjection, LeaderKilledDuringContentionPausesGrantsBriefly) {
+  zkt::private_server zk{3};
+  const auto path = zkt::unique_path("fi-leader");
+  const auto timeout = scaled(6000ms);
+  const auto ports = ports_of(zk.connect());
+  ASSERT_EQ(ports.size(), 3u);
+  int leader_port = 0;
+  for (int p : ports)
+    if (four_letter_at(p, "srvr").find("Mode: leader") != std::string::npos) leader_port = p;
+  ASSERT_NE(leader_port, 0) << "no leader";
+
+  // Contenders on the leader lose their connection with it; the others see a pause. Make sure
+  // both kinds take part (the client picks a member at random).
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  int on_leader = 0;
+  for (int tries = 0; tries < 24 && (sessions.size() < 3 || on_leader == 0 || on_leader == static_cast<int>(sessions.size()));
+       ++tries) {
+    auto s = std::make_unique<zklock::session>(opts(zk.connect(), timeout));
+    const auto there = sessions_at(leader_port);
+    const bool leader_side = std::find(there.begin(), there.end(), s->id()) != there.end();
+    if (sessions.size() >= 3 && leader_side == (on_leader > 0)) continue;  // not the kind still missing
+    on_leader += leader_side ? 1 : 0;
+    sessions.push_back(std::move(s));
+  }
+  ASSERT_GT(on_leader, 0) << "no contender session on the leader";
+  report("contenders", static_cast<long long>(sessions.size()), "");
+  report("contenders_on_leader", on_leader, "");
+
+  struct shared_state {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<steady_clock::time_point> grants;
+    std::vector<std::string> errors;
+    std::atomic<int> holders{0}, max_holders{0}, losses{0};
+    std::atomic<bool> stop{false};
+  } st;
+  std::vector<std::thread> threads;
+  for (auto& sp : sessions) {
+    threads.emplace_back([&st, &path, &timeout, s = sp.get()] {
+      try {
+        bounded_mutex m{*s, path};
+        while (!st.stop.load()) {
+          if (!m.try_lock_for(timeout + scaled(30s))) {
+            std::lock_guard lk{st.mu};
+            st.errors.push_back("no grant within the bound");
+            break;
+          }
+          const int h = ++st.holders;
+          int seen = st.max_holders.load();
+          while (h > seen && !st.max_holders.compare_exchange_weak(seen, h)) {}
+          {
+            std::lock_guard lk{st.mu};
+            st.grants.push_back(steady_clock::now());
+          }
+          st.cv.notify_all();
+          {
+            std::stop_callback on_loss{m.lost_token(), [&st] { ++st.losses; }};
+            std::this_thread::yield();  // the critical section
+          }
+          --st.holders;
+          m.unlock();
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard lk{st.mu};
+        st.errors.emplace_back(e.what());
+      }
+      st.cv.notify_all();
+    });
+  }
+  auto grants_reach = [&](std::size_t n, milliseconds limit) {
+    std::unique_lock lk{st.mu};
+    return st.cv.wait_for(lk, limit, [&] { return st.grants.size() >= n || !st.errors.empty(); }) && st.errors.empty();
+  };
+
+  const bool warmed = grants_reach(30, scaled(30s));
+  std::size_t before = 0;
+  steady_clock::time_point kill_begin{}, kill_end{};
+  bool resumed = false;
+  if (warmed) {
+    kill_begin = steady_clock::now();
+    const int killed = zk.kill_leader();
+    kill_end = steady_clock::now();
+    EXPECT_EQ(ports.at(static_cast<std::size_t>(killed - 1)), leader_port) << "another member was leader by then";
+    {
+      std::lock_guard lk{st.mu};
+      before = st.grants.size();
+    }
+    resumed = grants_reach(before + 30, scaled(30s));
+  }
+  st.stop = true;
+  for (auto& t : threads) t.join();
+
+  ASSERT_TRUE(warmed) << "contention did not get going";
+  for (const auto& e : st.errors) ADD_FAILURE() << "contender: " << e;
+  ASSERT_TRUE(resumed) << "grants did not resume after the leader was killed";
+  EXPECT_EQ(st.max_holders.load(), 1) << "two holders at once";
+  EXPECT_EQ(st.losses.load(), 0) << "a hold was reported lost although every session survived";
+  // The longest pause between grants from just before the kill to well after it.
+  auto& g = st.grants;
+  std::sort(g.begin(), g.end());
+  long long gap = 0;
+  for (std::size_t i = 1; i < g.size(); ++i)
+    if (g[i] >= kill_begin) gap = std::max(gap, ms_between(g[i - 1], g[i]));
+  const auto first_after = std::find_if(g.begin(), g.end(), [&](auto t) { return t > kill_end; });
+  report("kill_leader_call", ms_between(kill_begin, kill_end));
+  report("longest_grant_gap", gap);
+  if (first_after != g.end()) report("kill_returned_to_next_grant", ms_between(kill_end, *first_after));
+  report("grants", static_cast<long long>(g.size()), "");
+  EXPECT_LE(gap, scaled(10s).count()) << "grants paused too long";
+  for (auto& sp : sessions) EXPECT_EQ(sp->generation(), 1u) << "a session was lost";
+  raw_client observer{zk.connect()};
+  EXPECT_TRUE(children_retry(observer, path).empty());
+}
+
+// 5. The quorum lost for longer than the session timeout: the holder reports the loss while the
+// quorum is still gone; once it is back, the holder's stale node goes away and another client
+// acquires.
+TEST(FaultInjection, QuorumLostLongerThanTheTimeoutLosesTheLockAndLeavesNoStaleNode) {
+  zkt::private_server zk{3};
+  const auto path = zkt::unique_path("fi-quorum");
+  const auto timeout = scaled(4000ms);
+  zklock::session s{opts(zk.connect(), timeout)};
+  bounded_mutex m{s, path};
+  m.lock();
+  loss_clock probe{m.lost_token()};
+  raw_client observer{zk.connect()};
+  const auto kids = children_retry(observer, path);
+  ASSERT_EQ(kids.size(), 1u);
+  const std::string stale = kids[0];
+
+  const auto lost_quorum_at = steady_clock::now();
+  zk.kill(1);
+  zk.kill(2);
+  const bool lost_in_time = probe.wait(timeout + scaled(10s));
+  const bool lost_before_recovery = probe.fired();  // still no quorum: nothing restarted yet
+  if (lost_in_time) report("quorum_lost_to_loss", ms_between(lost_quorum_at, probe.at()));
+  zk.restart(1);
+  zk.restart(2);
+  const auto recovered_at = steady_clock::now();
+  ASSERT_TRUE(lost_in_time) << "lost_token() did not fire while the quorum was gone";
+  EXPECT_TRUE(lost_before_recovery);
+  EXPECT_FALSE(m.still_owned());
+  m.unlock();  // quiet on a lost hold
+
+  // A new leader gives every session a fresh timeout: the stale node goes when the given-up
+  // session times out.
+  const auto until = recovered_at + timeout + scaled(20s);
+  bool gone = false;
+  while (!gone && steady_clock::now() < until) {
+    const auto now_kids = children_retry(observer, path);
+    gone = std::find(now_kids.begin(), now_kids.end(), stale) == now_kids.end();
+    if (!gone) std::this_thread::sleep_for(20ms);  // polling the server, not a synchronisation
+  }
+  ASSERT_TRUE(gone) << "the stale node " << stale << " survived the recovery";
+  report("recovery_to_stale_node_gone", ms_between(recovered_at, steady_clock::now()));
+
+  zklock::session other{opts(zk.connect(), timeout)};
+  bounded_mutex m2{other, path};
+  EXPECT_TRUE(m2.try_lock_for(scaled(30s))) << "another client could not acquire after the recovery";
+  m2.unlock();
+  EXPECT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));  // re-established by itself
+  EXPECT_EQ(s.generation(), 2u);
+  EXPECT_TRUE(children_retry(observer, path).empty());
+}
+
+// 6. A holder cut off by a silent partition (the proxy forwards nothing): it reports the loss
+// within its session timeout, before the server expires it and hands the lock to a waiter, so the
+// two never both believe they hold.
+TEST(FaultInjection, HolderCutOffByThePartitionReportsLossBeforeTheWaiterAcquires) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-partition");
+  const auto timeout = scaled(4000ms);
+  zklock::session holder_s{opts(proxy.connect(), timeout)};
+  bounded_mutex holder{holder_s, path};
+  holder.lock();
+  loss_clock probe{holder.lost_token()};
+
+  zklock::session waiter_s{opts(zk.connect(), timeout)};
+  bounded_mutex waiter{waiter_s, path};
+  std::atomic<bool> holder_owned_at_grant{true}, holder_lost_at_grant{false};
+  auto waiting = std::async(std::launch::async, [&] {
+    grant g;
+    try {
+      waiter.lock();
+      g.held = true;
+    } catch (const std::exception& e) {
+      g.error = e.what();
+    }
+    g.at = steady_clock::now();
+    holder_owned_at_grant = holder.still_owned();
+    holder_lost_at_grant = probe.fired();
+    return g;
+  });
+  struct close_at_exit {
+    zklock::session& s;
+    ~close_at_exit() { s.close(); }  // a test failing early must not leave the waiter waiting
+  } const cleanup{holder_s};
+  ASSERT_TRUE(await_children(path, 2)) << "the waiter did not queue";
+
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  const auto cut_at = steady_clock::now();
+  ASSERT_EQ(waiting.wait_for(timeout + scaled(30s)), std::future_status::ready) << "the waiter never got the lock";
+  const grant g = waiting.get();
+  ASSERT_TRUE(g.held) << g.error;
+  ASSERT_TRUE(probe.fired()) << "the cut-off holder never reported the loss";
+  const auto cut_to_loss = ms_between(cut_at, probe.at());
+  const auto cut_to_grant = ms_between(cut_at, g.at);
+  report("cut_to_holder_loss", cut_to_loss);
+  report("cut_to_waiter_grant", cut_to_grant);
+  report("holder_loss_to_waiter_grant", ms_between(probe.at(), g.at));
+  EXPECT_LE(cut_to_loss, timeout.count()) << "the holder reported the loss after its session timeout";
+  EXPECT_LT(probe.at(), g.at) << "the waiter acquired before the cut-off holder knew it had lost the lock";
+  EXPECT_TRUE(holder_lost_at_grant) << "both believed they held the lock";
+  EXPECT_FALSE(holder_owned_at_grant) << "the holder's still_owned() was true when the waiter acquired";
+  EXPECT_GE(cut_to_grant, timeout.count() / 2) << "the server gave the lock away before the holder's session could expire";
+
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  holder.unlock();  // quiet on a lost hold
+  EXPECT_TRUE(holder_s.wait_for(zklock::session_state::connected, scaled(30s)));
+  EXPECT_EQ(holder_s.generation(), 2u);
+  waiter.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+}  // namespace
+
+// This binary is also the holder child: `--zklock-fault-child ...` runs a role instead of the
+// tests. (This main() replaces GTest::gtest_main's, which the linker then does not pull in.)
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view{argv[1]} == child_flag) return child_main(argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);  // a child that died must fail a test, not kill the binary
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
