@@ -162,10 +162,12 @@ int open_append(const std::string& file) {
   return fd;
 }
 
-// append LOCK FILE PROC RECORDS BODY: appends RECORDS records under a zklock::mutex.
-int role_append(const std::vector<std::string>& a) {
+// append LOCK FILE PROC RECORDS BODY COMBO: appends RECORDS records under a mutex of watch x
+// wake-up combination COMBO (0..3: predecessor/cv, predecessor/latch, children/cv, children/latch).
+template <class Mutex>
+int append_with(const std::vector<std::string>& a) {
   zklock::session s{child_options(4s)};
-  zklock::mutex m{s, a.at(0)};
+  Mutex m{s, a.at(0)};
   const int fd = open_append(a.at(1));
   const int proc = std::stoi(a.at(2)), count = std::stoi(a.at(3)), body = std::stoi(a.at(4));
   for (int seq = 0; seq < count; ++seq) {
@@ -175,6 +177,15 @@ int role_append(const std::vector<std::string>& a) {
   ::close(fd);
   say("done");
   return 0;
+}
+
+int role_append(const std::vector<std::string>& a) {
+  switch (a.size() > 5 ? std::stoi(a[5]) : 0) {
+    case 1: return append_with<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>(a);
+    case 2: return append_with<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>(a);
+    case 3: return append_with<zklock::basic_mutex<zklock::watch_children, zklock::wake_latch>>(a);
+    default: return append_with<zklock::mutex>(a);
+  }
 }
 
 // hold LOCK: takes a zklock::mutex with a 2 s session, says "held TOKEN", waits to be killed.
@@ -434,10 +445,14 @@ TEST(RecordLog, ParserAcceptsWholeRecordsOnly) {
   EXPECT_NE(records::parse("begin 0 0 7 1\nbody 0 0 2\nend 0 0\n").error, "");
 }
 
-// (a) Four processes append 25 records each under one zklock::mutex: every record is whole, each
-// process's records are in its order, fencing tokens rise through the file, and with all four
-// queued behind the test's own hold, the first round follows queue order (FIFO across processes).
-TEST(MultiProcess, MutexKeepsRecordsWholeAcrossFourProcesses) {
+// (a) Four processes append 25 records each under one mutex, for every watch x wake-up combination
+// (the parameter): every record is whole, each process's records are in its order, fencing tokens
+// rise through the file, and with all four queued behind the test's own hold, the first round
+// follows queue order (FIFO across processes).
+class MultiProcessCombo : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(EveryWatchAndWakeup, MultiProcessCombo, ::testing::Range(0, 4));
+
+TEST_P(MultiProcessCombo, MutexKeepsRecordsWholeAcrossFourProcesses) {
   constexpr int procs = 4, per_proc = 25, body = 4;
   const auto lock = zkt::unique_path("mp-mutex");
   temp_dir dir;
@@ -450,7 +465,8 @@ TEST(MultiProcess, MutexKeepsRecordsWholeAcrossFourProcesses) {
   std::vector<std::unique_ptr<child_process>> kids;
   for (int p = 0; p < procs; ++p) {
     kids.push_back(std::make_unique<child_process>(std::vector<std::string>{
-        "append", lock, file, std::to_string(p), std::to_string(per_proc), std::to_string(body)}));
+        "append", lock, file, std::to_string(p), std::to_string(per_proc), std::to_string(body),
+        std::to_string(GetParam())}));
     ASSERT_TRUE(await_queued(lock, static_cast<std::size_t>(p) + 2, *kids.back()))
         << "child " << p << " did not queue";
   }
