@@ -302,6 +302,8 @@ class lock_side {
     for (auto& n : book_.take_all()) release_node(s_, n);
   }
 
+  /// Effects: re-enters the caller's hold, or runs the algorithm with `rule` until `deadline`.
+  /// Returns: whether the caller holds. Throws: as hold_book::begin and acquire_node.
   template <class Rule>
   bool acquire(const Rule& rule, clock::time_point deadline) {
     const auto st = book_.begin(deadline);
@@ -347,6 +349,7 @@ class lock_side {
     return true;
   }
 
+  /// Effects: drops one hold of the caller; the last one deletes the node. Never throws.
   void release() noexcept {
     if constexpr (H::enabled) {
       clock::time_point granted;
@@ -367,14 +370,17 @@ class lock_side {
   /// Returns: the caller's held node, if any.
   std::optional<held_node> held_node_of_caller() const { return book_.held(); }
 
+  /// Returns: the czxid of the caller's node. Throws: errc::not_held.
   std::int64_t fencing_token() const {
     const auto n = book_.held();
     if (!n) throw_error(errc::not_held, "zklock: fencing_token() needs the lock held by the caller");
     return n->czxid;
   }
 
+  /// Returns: whether the caller holds (bookkeeping only).
   bool held() const noexcept { return book_.count() > 0; }
 
+  /// Returns: the loss token of the caller's hold (arms the own-node watch once). Throws: not_held.
   std::stop_token lost_token() const {
     const auto g = book_.guard();
     const auto n = book_.held();
@@ -383,6 +389,7 @@ class lock_side {
     return g->token();
   }
 
+  /// Returns: whether the caller holds and no loss was signalled.
   bool still_owned() const noexcept {
     const auto g = book_.guard();
     return g && !g->lost();
@@ -431,6 +438,7 @@ template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_v
           ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_mutex {
  public:
+  /// The policies this type is built from.
   using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
@@ -510,6 +518,7 @@ template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_v
           ReentrancyPolicy R = reentrancy_none, TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_shared_mutex {
  public:
+  /// The policies this type is built from.
   using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
@@ -601,6 +610,7 @@ template <WatchStrategy W = watch_predecessor, WakeupPolicy K = wake_condition_v
           TimeoutPolicy T = timeout_forever, Hooks H = no_hooks>
 class basic_counting_semaphore {
  public:
+  /// The policies this type is built from.
   using hooks_policy = H;
   using watch_policy = W;
   using wakeup_policy = K;
