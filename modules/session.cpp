@@ -59,6 +59,14 @@ namespace {
 std::mutex g_log_mu;
 std::shared_ptr<const log_handler> g_log;  // empty = silent
 
+// The C client formats a line (server endpoints into one static buffer that every handle's threads
+// share) before it reaches any callback; its process-wide level decides whether it formats at all.
+// Without a handler nothing is formatted (level 0 = off), which is silent, cheaper and free of that
+// race; with one, INFO. Called with g_log_mu held.
+void apply_client_log_level() noexcept {
+  ::zoo_set_debug_level(g_log ? ZOO_LOG_LEVEL_INFO : static_cast<ZooLogLevel>(0));
+}
+
 extern "C" void zk_log_line(const char* message) {
   std::shared_ptr<const log_handler> h;
   {
@@ -138,6 +146,7 @@ void set_log_handler(log_handler h) {
   auto p = h ? std::make_shared<const log_handler>(std::move(h)) : nullptr;
   std::lock_guard lk{g_log_mu};
   g_log = std::move(p);
+  apply_client_log_level();
 }
 
 namespace detail {
@@ -368,6 +377,10 @@ struct session_impl {
     {
       std::unique_lock hl{handle_mu};
       ctx = std::make_unique<handle_ctx>(handle_ctx{this, gen});
+      {
+        std::lock_guard lk{g_log_mu};
+        apply_client_log_level();
+      }
       errno = 0;
       zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
                            nullptr, ctx.get(), 0, &zk_log_line);

@@ -48,6 +48,8 @@ struct session_options {
 using log_handler = std::function<void(std::string_view line)>;
 
 /// Effects: routes the C client's log of every session to h (an empty function = silent, the default).
+/// Also sets the C client's process-wide log level, here and whenever a session opens a handle:
+/// off without a handler (nothing is even formatted), INFO with one.
 void set_log_handler(log_handler h);
 
 /// Receives every state change of a session, in order, on the session's own thread (never

@@ -30,7 +30,7 @@ namespace {
 extern "C" void quiet_log(const char*) {}
 
 zhandle_t* open_handle(const clientid_t* id = nullptr) {
-  zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+  zoo_set_debug_level(static_cast<ZooLogLevel>(0));  // off: nothing formatted (see zklock's session.cpp)
   zhandle_t* zh = zookeeper_init2(connect().c_str(), nullptr, 10000, id, nullptr, 0, &quiet_log);
   if (!zh) throw std::runtime_error("zookeeper_init2 failed");
   for (int i = 0; i < 300 && zoo_state(zh) != ZOO_CONNECTED_STATE && zoo_state(zh) != ZOO_EXPIRED_SESSION_STATE; ++i)
