@@ -4,11 +4,12 @@
 //
 //   peer_runner --zk HOST:PORT [--proxy HOST:PORT --ctrl PORT] [--n 2000] [--warm 500] [--dur 10]
 //               [--threads 2,8,32] [--herd 100] [--scen a,b,c,d,e,f,g,h,o] [--tag TEXT]
-//               [--watch predecessor|children|both]
+//               [--watch predecessor|children|both] [--release background|sync]
 //
 // Each scenario runs once per watch strategy (default both): lib "zklock" is watch_predecessor,
 // "zklock-children" is watch_children; wake-up is the condition variable (the default). One
-// zklock::session per simulated client, all under /bench/zklock/<pid>. Without --proxy/--ctrl the
+// zklock::session per simulated client, all under /bench/zklock/<pid>. --release picks
+// session_options::background_release (default background: unlock returns once the delete is sent). Without --proxy/--ctrl the
 // op-count scenario (o) is skipped. Progress and errors go to stderr; a scenario that fails emits
 // a line with "errors": true and "error". Exit status 0 (2 for bad flags).
 // Scenario definitions: ../shared/peers/README.md ("Runner contract").
@@ -74,6 +75,7 @@ struct config {
   std::string tag;
   bool predecessor = true;
   bool children = true;
+  bool background_release = true;
   std::string base;  // /bench/zklock/<pid>
 };
 config cfg;
@@ -121,6 +123,9 @@ void parse_flags(int argc, char** argv) {
         throw std::invalid_argument("--watch: predecessor, children or both, not " + v);
       cfg.predecessor = v != "children";
       cfg.children = v != "predecessor";
+    } else if (k == "--release") {
+      if (v != "background" && v != "sync") throw std::invalid_argument("--release: background or sync, not " + v);
+      cfg.background_release = v == "background";
     } else {
       throw std::invalid_argument("unknown flag " + k);
     }
@@ -384,6 +389,7 @@ std::unique_ptr<zklock::session> open_session(const std::string& hosts) {
   o.connect = hosts;
   o.session_timeout = kSessionTimeout;
   o.connect_timeout = 30s;
+  o.background_release = cfg.background_release;
   return std::make_unique<zklock::session>(std::move(o));
 }
 
@@ -1268,6 +1274,7 @@ void emit_env(const std::string& server) {
       .str("git", git ? git : "")
       .str("watch", strategy<W>::name)
       .str("wakeup", "condition_variable")
+      .str("release", cfg.background_release ? "background" : "sync")
       .integer("session_timeout_ms", std::chrono::milliseconds{kSessionTimeout}.count())
       .str("loadavg", read_loadavg())
       .emit();
@@ -1324,7 +1331,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "peer_runner: %s\nusage: peer_runner --zk HOST:PORT [--proxy HOST:PORT --ctrl PORT] [--n N] "
                  "[--warm N] [--dur S] [--threads 2,8,32] [--herd N] [--scen a,b,...] [--tag TEXT] "
-                 "[--watch predecessor|children|both]\n",
+                 "[--watch predecessor|children|both] [--release background|sync]\n",
                  e.what());
     return 2;
   }

@@ -93,6 +93,22 @@ std::optional<held_node> create_contender(session& s, const std::string& lock_pa
                                           const std::string& prefix, std::string_view data,
                                           clock::time_point deadline);
 
+/// A contender node and, when it came with it, the listing of its lock node.
+struct queued_node {
+  held_node node;
+  std::optional<std::vector<std::string>> listing;  ///< nullopt: list again
+};
+
+/// Effects: as create_contender, but sends the listing of `lock_path` right behind the create,
+/// without waiting for the create's reply (the server serves a session's requests in order, so the
+/// listing already shows the new node): one round trip instead of two. Falls back to
+/// create_contender when the create fails or its outcome is unknown.
+/// Returns: the node and the listing, or nullopt if `deadline` passed (nothing left behind).
+/// Adds the number of requests sent to `*sent`, if given.
+std::optional<queued_node> create_and_list(session& s, const std::string& lock_path, const std::string& prefix,
+                                           std::string_view data, clock::time_point deadline,
+                                           std::size_t* sent = nullptr);
+
 /// Returns: the children of `path` (arming a children watch that wakes `watcher`, if given), or
 /// nullopt if `deadline` passed.
 std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,

@@ -68,9 +68,11 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
   auto sent = [count](std::size_t n = 1) {
     if (count) count->requests += n;
   };
-  sent();
-  std::optional<held_node> node = create_contender(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline);
-  if (!node) return std::nullopt;
+  // the create and the listing, sent back to back (more requests on a first use or a lost reply)
+  auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
+                                count ? &count->requests : nullptr);
+  if (!queued) return std::nullopt;
+  std::optional<held_node> node = std::move(queued->node);
   const std::string self = node->path.substr(lock_path.size() + 1);
 
   // Everything below either returns the node held, or undoes the attempt.
@@ -99,8 +101,11 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
   } at(s, node);
   at.count = count;
 
-  sent();
-  auto listing = list_children(s, lock_path, nullptr, deadline);
+  std::optional<std::vector<std::string>> listing = std::move(queued->listing);
+  if (!listing) {  // the pipelined listing failed: list on our own
+    sent();
+    listing = list_children(s, lock_path, nullptr, deadline);
+  }
   bool first_listing = true;
   bool waits = false;  // the listing came with a watch: wait before listing again
   for (;;) {

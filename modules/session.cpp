@@ -596,6 +596,34 @@ struct session_impl {
     }
   }
 
+  /// A delete sent without waiting for its reply (session_options::background_release).
+  struct background_delete {
+    session_impl* s;
+    pending_delete p;
+  };
+
+  /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
+  /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
+  bool delete_in_background(const pending_delete& p) {
+    std::shared_lock hl{handle_mu};
+    if (!zh) return true;
+    auto box = std::make_unique<background_delete>(background_delete{this, p});
+    const int rc = zoo_adelete(zh, box->p.path.c_str(), -1, &on_background_delete, box.get());
+    if (rc != ZOK) return false;
+    box.release();  // owned by the completion now, which always comes (reply, loss or close)
+    return true;
+  }
+
+  static void on_background_delete(int rc, const void* data) noexcept {
+    std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    log_refused_delete(box->p.path, rc);
+    if (!unknown_outcome(rc)) return;
+    try {
+      box->s->defer_delete(std::move(box->p));  // the worker deletes it once connected again
+    } catch (...) {  // allocation failure: the node goes with the session
+    }
+  }
+
   void defer_delete(pending_delete p) {
     std::lock_guard lk{mu};
     if (closed || p.generation != gen || st == session_state::expired) return;  // gone with its session
@@ -794,10 +822,11 @@ ACL_vector* contender_acl(session_impl& s) {
 
 /// Creates every missing ancestor of `path` and `path` itself as container nodes.
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
-                                     clock::time_point deadline) {
+                                     clock::time_point deadline, std::size_t* sent = nullptr) {
   for (std::size_t pos = 1; pos <= path.size(); ++pos) {
     if (pos != path.size() && path[pos] != '/') continue;
     const std::string prefix = path.substr(0, pos);
+    if (sent) ++*sent;
     auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
       return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
     });
@@ -811,12 +840,123 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
 
 }  // namespace
 
-std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
-                                          std::string_view data, clock::time_point deadline) {
+namespace {
+
+std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
+                                               std::string_view data, clock::time_point deadline, std::uint64_t g,
+                                               bool maybe_created, std::size_t* sent);
+
+/// The replies of a pipelined create + listing, filled in by the client's completion thread.
+struct pipelined_replies {
+  std::mutex mu;
+  std::condition_variable cv;
+  int outstanding = 0;
+  int create_rc = ZSYSTEMERROR;
+  std::string created;
+  std::int64_t czxid = 0;
+  int list_rc = ZSYSTEMERROR;
+  std::vector<std::string> kids;
+
+  void done() {
+    // notify under the lock: the waiter may destroy *this as soon as it sees outstanding == 0
+    std::lock_guard lk{mu};
+    --outstanding;
+    cv.notify_all();
+  }
+};
+
+extern "C" void on_pipelined_create(int rc, const char* name, const struct Stat* st, const void* data) {
+  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{r->mu};
+    r->create_rc = rc;
+    if (rc == ZOK) {
+      try {
+        r->created = name ? name : "";
+      } catch (...) {
+        r->create_rc = ZSYSTEMERROR;  // allocation failure: treated as an unknown outcome below
+      }
+      r->czxid = st ? st->czxid : 0;
+    }
+  }
+  r->done();
+}
+
+extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, const void* data) {
+  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{r->mu};
+    r->list_rc = rc;
+    if (rc == ZOK && kids) {
+      try {
+        r->kids.reserve(static_cast<std::size_t>(kids->count));
+        for (int i = 0; i < kids->count; ++i) r->kids.emplace_back(kids->data[i]);
+      } catch (...) {
+        r->list_rc = ZSYSTEMERROR;  // the caller lists again
+      }
+    }
+  }
+  r->done();
+}
+
+}  // namespace
+
+std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
+                                           std::string_view data, clock::time_point deadline, std::size_t* sent) {
   session_impl& s = sess.impl();
   const std::uint64_t g = s.current_gen();
   const std::string node_prefix = lock_path + "/" + prefix;
-  bool maybe_created = false;  // a create whose outcome we do not know
+  pipelined_replies r;
+  {
+    std::shared_lock hl{s.handle_mu};  // as a synchronous call: the handle stays open meanwhile
+    {
+      std::lock_guard lk{s.mu};
+      if (s.closed) throw_error(errc::session_closed, "zklock");
+      if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
+    }
+    r.outstanding = 2;
+    const int crc = zoo_acreate2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+                                 contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
+    if (crc == ZOK && sent) ++*sent;
+    if (crc != ZOK) {
+      // Not sent (the handle is not connected, or bad arguments): the one-request path decides.
+      hl.unlock();
+      auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
+      if (!node) return std::nullopt;
+      return queued_node{std::move(*node), std::nullopt};
+    }
+    const int lrc = zoo_aget_children(s.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
+    if (lrc == ZOK && sent) ++*sent;
+    std::unique_lock lk{r.mu};
+    if (lrc != ZOK) --r.outstanding;  // no completion will come for it
+    // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
+    r.cv.wait(lk, [&] { return r.outstanding == 0; });
+  }
+  if (r.create_rc == ZOK) {
+    queued_node q{held_node{std::move(r.created), r.czxid, g}, std::nullopt};
+    if (r.list_rc == ZOK) q.listing = std::move(r.kids);
+    return q;
+  }
+  // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost): the one-request
+  // path handles each case, adopting a node that was created after all.
+  auto node = create_contender_from(s, lock_path, prefix, data, deadline, g,
+                                    unknown_outcome(r.create_rc) || r.create_rc == ZSYSTEMERROR, sent);
+  if (!node) return std::nullopt;
+  return queued_node{std::move(*node), std::nullopt};
+}
+
+std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
+                                          std::string_view data, clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  return create_contender_from(s, lock_path, prefix, data, deadline, s.current_gen(), false, nullptr);
+}
+
+namespace {
+
+std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
+                                               std::string_view data, clock::time_point deadline, std::uint64_t g,
+                                               bool maybe_created, std::size_t* sent) {
+  const std::string node_prefix = lock_path + "/" + prefix;
   auto give_up = [&]() -> std::optional<held_node> {
     if (maybe_created) s.defer_delete({lock_path, prefix, g});
     return std::nullopt;
@@ -825,6 +965,7 @@ std::optional<held_node> create_contender(session& sess, const std::string& lock
     if (maybe_created) {
       // Protected creation: find the node by its unique prefix, adopt it only if it is ours.
       String_vector kids{};
+      if (sent) ++*sent;
       auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
       if (!rc) return give_up();
       std::string found;
@@ -836,6 +977,7 @@ std::optional<held_node> create_contender(session& sess, const std::string& lock
       if (!found.empty()) {
         const std::string full = lock_path + "/" + found;
         struct Stat st {};
+        if (sent) ++*sent;
         auto rc2 = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
         if (!rc2) return give_up();
         std::int64_t mine;
@@ -857,12 +999,13 @@ std::optional<held_node> create_contender(session& sess, const std::string& lock
         if (s.closed) throw_error(errc::session_closed, "zklock");
         if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
       }
+      if (sent) ++*sent;
       rc = zoo_create2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
                        ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &st);
     }
     if (*rc == ZOK) return held_node{created, st.czxid, g};
     if (*rc == ZNONODE) {
-      auto rc2 = ensure_containers(s, lock_path, g, deadline);
+      auto rc2 = ensure_containers(s, lock_path, g, deadline, sent);
       if (!rc2) return give_up();
       if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + lock_path);
       continue;
@@ -882,6 +1025,8 @@ std::optional<held_node> create_contender(session& sess, const std::string& lock
     fail(*rc, "zklock: creating a contender under " + lock_path);
   }
 }
+
+}  // namespace
 
 std::optional<std::vector<std::string>> list_children(session& sess, const std::string& path,
                                                       const std::shared_ptr<wake_target>& watcher,
@@ -987,6 +1132,7 @@ void release_node(session& sess, const held_node& n) noexcept {
         return;
       }
     }
+    if (s.opts.background_release && s.delete_in_background(p)) return;
     if (!s.delete_now(p)) s.defer_delete(std::move(p));
   } catch (...) {  // allocation failure: nothing sensible left to do
   }

@@ -815,6 +815,40 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// 3b. A background release (session_options::background_release) whose delete never reaches the
+// server: the proxy holds every byte while unlock() sends it, the client gives the connection up
+// (outcome unknown), then the proxy drops what it held and heals. Once the session is connected
+// again it deletes the node anew; without that retry the node would stay for the session's life
+// and block the queue.
+TEST(FaultInjection, BackgroundDeleteLostInAPartitionIsRetried) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-bg-delete");
+  zkt::create_path(path);
+  const auto timeout = scaled(6000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.background_release = true;
+  o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
+  zklock::session s{o};
+  bounded_mutex m{s, path};
+  ASSERT_TRUE(m.try_lock());
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  m.unlock();  // the delete is held by the proxy
+  EXPECT_EQ(s.state(), zklock::session_state::connected) << "unlock() waited for the reply";
+  const bool suspended = s.wait_for(zklock::session_state::suspended, scaled(30s));
+  EXPECT_EQ(proxy.command("cut"), "ok cut");  // drops the held delete with its connection
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_TRUE(suspended) << "the client never noticed the partition";
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));
+  EXPECT_EQ(s.generation(), 1u) << "the session should have survived the partition";
+  zklock::session other_s{opts(zk.connect(), timeout)};
+  bounded_mutex other{other_s, path};
+  ASSERT_TRUE(other.try_lock_for(timeout)) << "the lost delete was not retried";
+  other.unlock();
+  other_s.close();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 // 3. A create whose reply never arrives. The server is paused, then lock() sends its create, which
 // waits in the server's socket; the client gives the connection up (outcome unknown). A proxy in
 // front of the server holds the client's reconnect while the server resumes and executes the
