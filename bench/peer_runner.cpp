@@ -416,6 +416,17 @@ std::vector<std::unique_ptr<zklock::session>> open_sessions(int n) {
   return out;
 }
 
+/// With background release a session's last deletes may still be in flight when unlock()
+/// returns: one round trip per session (session::flush) before counting what is left on the server.
+void flush_all(std::vector<std::unique_ptr<zklock::session>>& ss) {
+  for (auto& s : ss) {
+    try {
+      if (s) s->flush();
+    } catch (const std::system_error&) {  // expired or closed: its nodes went with it
+    }
+  }
+}
+
 // ---- the lock types per watch strategy ----------------------------------------------------------
 
 template <class W>
@@ -537,6 +548,7 @@ void scen_uncontended(zklock::session& s, raw_zk& raw) {
   const double el = seconds_since(t0);
   const double cpu = cpu_seconds() - c0;
   const auto z1 = mntr();
+  s.flush();
   json(strategy<W>::lib, "a_uncontended")
       .integer("n", cfg.n)
       .lat("", cyc)
@@ -580,6 +592,7 @@ void scen_reentrant(zklock::session& s, raw_zk& raw) {
   }
   const double el = seconds_since(t0);
   const double cpu = cpu_seconds() - c0;
+  s.flush();
   json(strategy<W>::lib, "b_reentrant")
       .boolean("supported", true)
       .str("type", "basic_mutex<..., reentrancy_per_thread> (zklock::recursive_mutex)")
@@ -634,6 +647,7 @@ void scen_contended(int T, raw_zk& raw) {
   }
   std::sort(all.begin(), all.end());
   ms.clear();
+  flush_all(ss);
   json(strategy<W>::lib, "c_contended_T" + std::to_string(T))
       .integer("threads", T)
       .num("duration_s", r.elapsed_s, 2)
@@ -780,6 +794,7 @@ void scen_rw(raw_zk& raw) {
   }
   ls.clear();
   const auto ops = nr + nw;
+  flush_all(ss);
   json(strategy<W>::lib, "d_rwlock")
       .integer("threads", T)
       .num("hold_ms", 1.0)
@@ -840,6 +855,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
   std::vector<std::int64_t> all;
   for (auto& w : waits) all.insert(all.end(), w.begin(), w.end());
   sems.clear();
+  flush_all(ss);
   json(strategy<W>::lib, "e_semaphore_hold" + std::to_string(hold_ms))
       .integer("clients", T)
       .integer("leases", kLeases)
@@ -890,6 +906,7 @@ void scen_failed_try(raw_zk& raw) {
   const auto m1 = mntr();
   holder.unlock();
   std::this_thread::sleep_for(200ms);
+  flush_all(ss);
   const auto after = raw.count(path);
   const auto m2 = mntr();
   const auto s0 = now_ns();
@@ -971,6 +988,7 @@ void herd_round(std::vector<std::unique_ptr<zklock::session>>& ss, const std::st
   std::vector<std::int64_t> hs = h;
   std::sort(hs.begin(), hs.end());
   const double deletes = delta(m0, m1, "zk_cnt_node_deleted_watch_count");
+  flush_all(ss);
   json(strategy<W>::lib, "g_herd")
       .integer("waiters", Wn)
       .num("enqueue_s", enqueue_s, 2)
@@ -1104,6 +1122,7 @@ void scen_expiry(raw_zk& raw) {
     if (seen->suspended_at) suspended_ms = static_cast<double>(seen->suspended_at - tx) / 1e6;
     if (seen->lost_signal_at) lost_signal_ms = static_cast<double>(seen->lost_signal_at - tx) / 1e6;
   }
+  flush_all(ss);
   json(strategy<W>::lib, "h_session_expiry")
       .boolean("other_client_acquired", b_got)
       .num("other_acquire_ms", b_ms)

@@ -71,6 +71,9 @@ class wake_target {
  public:
   virtual ~wake_target() = default;
   virtual void wake() noexcept = 0;
+  /// Set (before wake()) when the watch fired because its node was deleted; the engine clears it
+  /// before each wait. Lets a waiter that knows the deletion decides the rule skip the re-listing.
+  std::atomic<bool> node_deleted{false};
 };
 
 // ---- the ZooKeeper operations of the one algorithm --------------------------------------------

@@ -108,6 +108,10 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
   }
   bool first_listing = true;
   bool waits = false;  // the listing came with a watch: wait before listing again
+  // What the rule answers once the watched node is gone (only new contenders behind us can appear
+  // meanwhile, and none of the rules' verdicts depends on those): a deletion event then decides
+  // without listing again.
+  std::optional<verdict> once_gone;
   for (;;) {
     if (!listing) return std::nullopt;  // deadline
     const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
@@ -150,6 +154,14 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       const std::string target = lock_path + "/" + queue[v.index].name;
       at.watched = target;
       at.watched_children = false;
+      {
+        std::vector<contender> rest = queue;
+        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(v.index));
+        const verdict after = rule(rest, v.index < me ? me - 1 : me);
+        once_gone.reset();
+        if (after.held) once_gone = after;
+      }
+      at.waiter->node_deleted.store(false);
       sent();
       const auto seen = watch_node(s, target, at.waiter, deadline);
       if (!seen) return std::nullopt;
@@ -161,9 +173,18 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
       }
     }
     if (!at.waiter->wait_until(deadline)) return std::nullopt;
+    const bool watched_node_gone = !at.watched_children && at.waiter->node_deleted.exchange(false);
     at.watched.clear();  // it fired (or the session ended)
     if (count) ++count->wakeups;
     waits = false;
+    if (watched_node_gone && once_gone) {  // the rule already said: held once that node is gone
+      if (once_gone->poke_successor) {
+        touch_node(s, node->path);
+        sent();
+      }
+      at.keep = true;
+      return node;
+    }
     sent();
     listing = list_children(s, lock_path, nullptr, deadline);
   }

@@ -195,7 +195,10 @@ extern "C" void node_watcher(zhandle_t*, int type, int state, const char*, void*
     std::lock_guard lk{g_watch_mu};
     wake = take_group(reinterpret_cast<std::uintptr_t>(ctx));
   }
-  for (auto& t : wake) t->wake();
+  for (auto& t : wake) {
+    if (type == ZOO_DELETED_EVENT) t->node_deleted.store(true);
+    t->wake();
+  }
 }
 
 /// Effects: adds `t` to the armed group of (owner, path, children), or to a new one.
@@ -778,6 +781,17 @@ void session::remove_state_listener(std::uint64_t id) noexcept {
 bool session::wait_for(session_state s, std::chrono::milliseconds timeout) const {
   std::unique_lock lk{impl_->mu};
   return impl_->cv.wait_for(lk, timeout, [&] { return impl_->st == s; });
+}
+
+void session::flush() {
+  detail::session_impl& s = *impl_;
+  const auto deadline = detail::clock::now() + s.opts.connect_timeout;
+  auto rc = s.call(deadline, s.current_gen(), [](zhandle_t* zh) {
+    struct Stat st {};
+    return zoo_exists(zh, "/", 0, &st);  // "/" is the chroot when there is one: it exists
+  });
+  if (!rc) throw_error(errc::operation_timeout, "zklock::session::flush");
+  if (*rc != ZOK) throw_error(static_cast<errc>(*rc), "zklock::session::flush");
 }
 
 void session::reestablish() {

@@ -105,6 +105,13 @@ class session {
   /// Effects: waits until the state is `s` or `timeout` passes. Returns: whether the state is `s`.
   bool wait_for(session_state s, std::chrono::milliseconds timeout) const;
 
+  /// Effects: one round trip: returns once the server has served every request this session sent
+  /// before the call (a session's requests are served in order), including deletes sent by
+  /// background_release. Waits through a disconnection for up to connect_timeout.
+  /// Throws: std::system_error: session_expired / session_closed, or operation_timeout if still
+  /// disconnected after connect_timeout.
+  void flush();
+
   /// Effects: after expiry, opens a new handle now (also done by itself when
   /// reestablish_after_expiry is set); does nothing while the session is alive.
   /// Throws: std::system_error if the new session cannot be established within connect_timeout.

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fast paths: the contender create and the first listing sent back to back (always), and
-// session_options::background_release (unlock returns once the delete is sent). Both must keep
-// every guarantee of the slow paths: exclusion, order, tokens, nothing left behind.
+// The fast paths: the contender create and the first listing sent back to back (always); a
+// waiter whose watched node's deletion already decides the rule takes the lock without listing
+// again; session_options::background_release (unlock returns once the delete is sent). They must
+// keep every guarantee of the slow paths: exclusion, order, tokens, nothing left behind.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include "zk_test.hpp"
@@ -103,6 +106,26 @@ TEST(FastPath, BackgroundReleaseIsVisibleAfterTheSessionsNextRequest) {
   zkt::remove(path + "-other");
 }
 
+// session::flush(): one round trip after which the session's background deletes are served.
+TEST(FastPath, FlushWaitsForBackgroundDeletes) {
+  const auto path = zkt::unique_path("fast-bg-flush");
+  zklock::session s{background()};
+  zklock::mutex m{s, path};
+  for (int i = 0; i < 20; ++i) {
+    m.lock();
+    m.unlock();
+    s.flush();
+    EXPECT_TRUE(zkt::children(path).empty()) << "round " << i;
+  }
+  s.close();
+  try {
+    s.flush();
+    ADD_FAILURE() << "flush() on a closed session did not throw";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::session_closed));
+  }
+}
+
 // Semaphore and shared mutex release through the same path: never more than N holders.
 TEST(FastPath, BackgroundReleaseSemaphoreAndSharedMutex) {
   const auto sem_path = zkt::unique_path("fast-bg-sem");
@@ -140,6 +163,53 @@ TEST(FastPath, BackgroundReleaseSemaphoreAndSharedMutex) {
   EXPECT_EQ(rw_violations.load(), 0);
   EXPECT_TRUE(zkt::children(sem_path).empty());
   EXPECT_TRUE(zkt::children(rw_path).empty());
+}
+
+// C waits behind B, which waits behind the holder A. B's node disappears (here: deleted by a
+// stranger; a timed-out B looks the same to C): C's watch reports a deletion, but C is not first
+// yet and must list again and wait for A, not take the lock.
+TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
+  const auto path = zkt::unique_path("fast-skip");
+  zklock::session sa{zkt::options()}, sb{zkt::options()}, sc{zkt::options()};
+  zklock::mutex a{sa, path}, b{sb, path}, c{sc, path};
+  a.lock();
+  std::atomic<bool> a_holds{true};
+  std::atomic<bool> c_early{false};
+  std::jthread tb{[&] {
+    try {
+      b.lock();  // its node is deleted under it: lock_lost when it looks again
+      b.unlock();
+    } catch (const std::system_error&) {
+    }
+  }};
+  ASSERT_TRUE(zkt::await_children(path, 2));
+  std::jthread tc{[&] {
+    c.lock();
+    if (a_holds.load()) c_early = true;
+    c.unlock();
+  }};
+  ASSERT_TRUE(zkt::await_children(path, 3));
+  auto kids = zkt::children(path);
+  std::sort(kids.begin(), kids.end(), [](const std::string& x, const std::string& y) {
+    return x.substr(x.size() - 10) < y.substr(y.size() - 10);  // by sequence suffix
+  });
+  const std::string b_node = path + "/" + kids[1];
+  const std::string c_node = path + "/" + kids[2];
+  ASSERT_TRUE(zkt::await_watch(b_node, sc)) << "C never watched B";
+  ASSERT_TRUE(zkt::remove(b_node));
+  // C lists again and moves its watch to A (or would already hold, wrongly).
+  const auto limit = std::chrono::steady_clock::now() + 30s;
+  while (!zkt::watches_below(path + "/" + kids[0], sc).size() && !c_early.load() &&
+         std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();  // polling the server's watch table
+  EXPECT_FALSE(c_early.load()) << "C took the lock while A held it";
+  EXPECT_TRUE(zkt::exists(c_node));
+  a_holds = false;
+  a.unlock();
+  tc.join();
+  tb.join();
+  EXPECT_FALSE(c_early.load());
+  EXPECT_TRUE(zkt::children(path).empty());
 }
 
 }  // namespace

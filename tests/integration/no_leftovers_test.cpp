@@ -23,38 +23,12 @@ using namespace std::chrono_literals;
 
 using zkt::combos;
 using zkt::await_children;
+using zkt::await_watch;
+using zkt::watches_below;
 
 template <class C>
 class NoLeftovers : public ::testing::Test {};
 TYPED_TEST_SUITE(NoLeftovers, combos);
-
-/// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
-/// ("wchp" prints each watched path, then one tab-indented 0x... session id per line.)
-std::set<std::string> watches_below(const std::string& path, const zklock::session& s) {
-  std::set<std::string> out;
-  std::istringstream in{zkt::four_letter("wchp")};
-  std::string line, current;
-  const auto sid = static_cast<std::uint64_t>(s.id());
-  while (std::getline(in, line)) {
-    if (line.starts_with("/")) {
-      current = line;
-    } else if (const auto x = line.find("0x"); x != std::string::npos) {
-      if (std::stoull(line.substr(x + 2), nullptr, 16) != sid) continue;
-      if (current == path || current.starts_with(path + "/")) out.insert(current);
-    }
-  }
-  return out;
-}
-
-/// Polls until session `s` watches something at or below `path`. Returns: whether within 30 s.
-bool await_watch(const std::string& path, const zklock::session& s) {
-  const auto limit = std::chrono::steady_clock::now() + 30s;
-  while (watches_below(path, s).empty()) {
-    if (std::chrono::steady_clock::now() > limit) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // try_lock_for and try_lock while another session holds: false, and neither a node nor a watch of
 // the attempt remains. A control shows that a waiting attempt's watch is visible. (The server's

@@ -16,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -410,6 +412,40 @@ bool expire_session(std::int64_t id, std::string_view password, std::chrono::mil
     if (state == ZOO_EXPIRED_SESSION_STATE) return true;
   } while (std::chrono::steady_clock::now() < deadline);
   return false;
+}
+
+}  // namespace zkt
+
+namespace zkt {
+
+using namespace std::chrono_literals;
+
+/// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
+/// ("wchp" prints each watched path, then one tab-indented 0x... session id per line.)
+std::set<std::string> watches_below(const std::string& path, const zklock::session& s) {
+  std::set<std::string> out;
+  std::istringstream in{zkt::four_letter("wchp")};
+  std::string line, current;
+  const auto sid = static_cast<std::uint64_t>(s.id());
+  while (std::getline(in, line)) {
+    if (line.starts_with("/")) {
+      current = line;
+    } else if (const auto x = line.find("0x"); x != std::string::npos) {
+      if (std::stoull(line.substr(x + 2), nullptr, 16) != sid) continue;
+      if (current == path || current.starts_with(path + "/")) out.insert(current);
+    }
+  }
+  return out;
+}
+
+/// Polls until session `s` watches something at or below `path`. Returns: whether within 30 s.
+bool await_watch(const std::string& path, const zklock::session& s) {
+  const auto limit = std::chrono::steady_clock::now() + 30s;
+  while (watches_below(path, s).empty()) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 }  // namespace zkt

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -179,6 +180,12 @@ using combos = ::testing::Types<combo<zklock::watch_predecessor, zklock::wake_co
 /// Polls (yielding) until `path` has `n` children. Returns: whether it happened within `limit`.
 bool await_children(const std::string& path, std::size_t n,
                     std::chrono::milliseconds limit = std::chrono::seconds{30});
+
+/// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
+std::set<std::string> watches_below(const std::string& path, const zklock::session& s);
+
+/// Polls until session `s` watches something at or below `path`. Returns: whether within 30 s.
+bool await_watch(const std::string& path, const zklock::session& s);
 
 }  // namespace zkt
 

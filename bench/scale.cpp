@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+// scale — how zklock behaves with many locks and long queues (issue "Speed", part "Scale").
+//
+//   scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] [--sessions 10]
+//
+// 1. One session holds --locks distinct locks at once (--threads threads lock them): time, locks/s,
+//    resident memory per lock object (constructed, then held), sizeof.
+// 2. For each W in --waiters: a holder plus W waiters on one lock (W threads, each with its own lock
+//    object, spread over --sessions sessions), all queued before the holder lets go; then the queue
+//    drains (each waiter releases as soon as it holds). Reports the handoff latency (from one
+//    grant's release to the next grant), server requests per handoff, resident memory per waiter,
+//    and the longest listing the server sent (bytes), for the predecessor watch at every W and the
+//    children watch at the smallest W.
+// One JSON object per line on stdout; progress on stderr. Nothing is asserted: a benchmark.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zookeeper/zookeeper.h>
+
+import zklock;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct config {
+  std::string zk;
+  int locks = 10'000;
+  int threads = 4;
+  std::vector<int> waiters{100, 1000};
+  int sessions = 10;
+} cfg;
+
+std::vector<int> int_list(const std::string& v) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    const auto comma = v.find(',', pos);
+    out.push_back(std::stoi(v.substr(pos, comma - pos)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void parse(int argc, char** argv) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
+    const std::string v = argv[i + 1];
+    if (k == "--zk") cfg.zk = v;
+    else if (k == "--locks") cfg.locks = std::max(1, std::stoi(v));
+    else if (k == "--threads") cfg.threads = std::max(1, std::stoi(v));
+    else if (k == "--waiters") cfg.waiters = int_list(v);
+    else if (k == "--sessions") cfg.sessions = std::max(1, std::stoi(v));
+    else throw std::invalid_argument("unknown flag " + k);
+  }
+  if (cfg.zk.empty()) throw std::invalid_argument("--zk HOST:PORT is required");
+}
+
+/// Returns: this process's resident set size in bytes.
+std::int64_t rss_bytes() {
+  std::ifstream f{"/proc/self/statm"};
+  std::int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+zklock::session_options options(bool background) {
+  zklock::session_options o;
+  o.connect = cfg.zk;
+  o.session_timeout = 30s;
+  o.connect_timeout = 30s;
+  o.background_release = background;
+  return o;
+}
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+/// A raw C-client handle, to look at the server's view of the queue (zklock offers no listing).
+class raw_view {
+ public:
+  raw_view() {
+    ::zoo_set_debug_level(static_cast<ZooLogLevel>(0));
+    zh_ = ::zookeeper_init(cfg.zk.c_str(), nullptr, 30000, nullptr, nullptr, 0);
+    if (!zh_) throw std::runtime_error("zookeeper_init failed");
+    const auto until = clock_type::now() + 30s;
+    while (::zoo_state(zh_) != ZOO_CONNECTED_STATE) {
+      if (clock_type::now() > until) throw std::runtime_error("raw handle never connected");
+      std::this_thread::sleep_for(10ms);  // polling a C handle's state
+    }
+  }
+  ~raw_view() { ::zookeeper_close(zh_); }
+  raw_view(const raw_view&) = delete;
+  raw_view& operator=(const raw_view&) = delete;
+
+  /// Returns: the number of children of `path`, and the size of the listing's reply payload in
+  /// bytes (a 4-byte count, then a 4-byte length and the bytes of each name).
+  std::pair<std::size_t, std::size_t> listing(const std::string& path) {
+    String_vector kids{};
+    if (::zoo_get_children(zh_, path.c_str(), 0, &kids) != ZOK) return {0, 0};
+    std::size_t bytes = 4;
+    for (int i = 0; i < kids.count; ++i) bytes += 4 + std::string_view{kids.data[i]}.size();
+    const auto n = static_cast<std::size_t>(kids.count);
+    ::deallocate_String_vector(&kids);
+    return {n, bytes};
+  }
+
+ private:
+  zhandle_t* zh_ = nullptr;
+};
+
+// ---- 1. many locks, one session -------------------------------------------------------------------
+
+void many_locks(const std::string& base) {
+  zklock::session s{options(false)};
+  const auto rss0 = rss_bytes();
+  std::vector<std::unique_ptr<zklock::mutex>> locks;
+  locks.reserve(static_cast<std::size_t>(cfg.locks));
+  for (int i = 0; i < cfg.locks; ++i) locks.push_back(std::make_unique<zklock::mutex>(s, base + "/l" + std::to_string(i)));
+  const auto rss_constructed = rss_bytes();
+  auto run = [&](bool lock_them) {
+    std::atomic<int> next{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < cfg.threads; ++t)
+      ts.emplace_back([&] {
+        for (int i; (i = next++) < cfg.locks;) {
+          if (lock_them) locks[static_cast<std::size_t>(i)]->lock();
+          else locks[static_cast<std::size_t>(i)]->unlock();
+        }
+      });
+    for (auto& t : ts) t.join();
+  };
+  const auto t0 = clock_type::now();
+  run(true);  // first use of every path: creates its lock node too
+  const double lock_ms = ms_since(t0);
+  const auto rss_held = rss_bytes();
+  const auto t1 = clock_type::now();
+  run(false);
+  const double unlock_ms = ms_since(t1);
+  const auto t2 = clock_type::now();
+  run(true);  // the lock nodes exist now
+  const double relock_ms = ms_since(t2);
+  run(false);
+  std::printf(
+      "{\"scenario\":\"many_locks\",\"locks\":%d,\"threads\":%d,\"sizeof_mutex\":%zu,"
+      "\"rss_per_lock_object_bytes\":%.0f,\"rss_per_held_lock_bytes\":%.0f,"
+      "\"first_lock_all_ms\":%.0f,\"first_locks_s\":%.0f,\"unlock_all_ms\":%.0f,"
+      "\"relock_all_ms\":%.0f,\"relocks_s\":%.0f}\n",
+      cfg.locks, cfg.threads, sizeof(zklock::mutex), double(rss_constructed - rss0) / cfg.locks,
+      double(rss_held - rss_constructed) / cfg.locks, lock_ms, cfg.locks / (lock_ms / 1000), unlock_ms, relock_ms,
+      cfg.locks / (relock_ms / 1000));
+  std::fflush(stdout);
+}
+
+// ---- 2. one long queue -----------------------------------------------------------------------------
+
+std::atomic<std::uint64_t> g_requests{0};
+std::atomic<std::uint64_t> g_acquires{0};
+std::atomic<std::uint64_t> g_wakeups{0};
+
+struct counting_hooks {
+  static constexpr bool enabled = true;
+  static void on_acquire(const zklock::acquire_stats& s) noexcept {
+    g_requests += s.requests;
+    g_wakeups += s.wakeups;
+    ++g_acquires;
+  }
+  static void on_release(const zklock::release_stats&) noexcept {}
+};
+
+template <class Watch>
+using counted_mutex = zklock::basic_mutex<Watch, zklock::wake_condition_variable, zklock::reentrancy_none,
+                                          zklock::timeout_forever, counting_hooks>;
+
+template <class Watch>
+void long_queue(const std::string& base, int waiters, const char* watch_name) {
+  const std::string path = base + "/q-" + watch_name + "-" + std::to_string(waiters);
+  std::vector<std::unique_ptr<zklock::session>> ss;
+  for (int i = 0; i < cfg.sessions; ++i) ss.push_back(std::make_unique<zklock::session>(options(false)));
+  zklock::session holder_s{options(false)};
+  counted_mutex<Watch> holder{holder_s, path};
+  holder.lock();
+  raw_view raw;
+
+  const auto rss0 = rss_bytes();
+  std::mutex mu;
+  std::vector<clock_type::time_point> grants;   // when each waiter got the lock
+  std::vector<clock_type::time_point> releases; // when each waiter's unlock() returned
+  grants.reserve(static_cast<std::size_t>(waiters));
+  releases.reserve(static_cast<std::size_t>(waiters));
+  std::atomic<int> queued{0};
+  std::vector<std::unique_ptr<counted_mutex<Watch>>> ms;
+  for (int i = 0; i < waiters; ++i)
+    ms.push_back(std::make_unique<counted_mutex<Watch>>(*ss[static_cast<std::size_t>(i % cfg.sessions)], path));
+  std::vector<std::thread> ts;
+  g_requests = 0;
+  g_acquires = 0;
+  g_wakeups = 0;
+  for (int i = 0; i < waiters; ++i)
+    ts.emplace_back([&, i] {
+      auto& m = *ms[static_cast<std::size_t>(i)];
+      ++queued;
+      m.lock();
+      const auto got = clock_type::now();
+      m.unlock();
+      const auto gone = clock_type::now();
+      std::lock_guard lk{mu};
+      grants.push_back(got);
+      releases.push_back(gone);
+    });
+  // Wait until every waiter's node is on the server (the holder's ls shows the queue).
+  const auto fill_start = clock_type::now();
+  while (raw.listing(path).first < static_cast<std::size_t>(waiters) + 1) {
+    if (clock_type::now() - fill_start > 120s) throw std::runtime_error("the queue never filled");
+    std::this_thread::sleep_for(20ms);  // polling the server while threads start
+  }
+  const double fill_ms = ms_since(fill_start);
+  const auto rss_queued = rss_bytes();
+  const std::size_t listing_bytes = raw.listing(path).second;
+  const auto t0 = clock_type::now();
+  holder.unlock();
+  for (auto& t : ts) t.join();
+  const double drain_ms = ms_since(t0);
+  // handoff i: from the previous holder's release to this grant (grants are in queue order)
+  std::sort(grants.begin(), grants.end());
+  std::sort(releases.begin(), releases.end());
+  std::vector<double> handoff_us;
+  for (std::size_t i = 1; i < grants.size(); ++i)
+    handoff_us.push_back(std::chrono::duration<double, std::micro>(grants[i] - releases[i - 1]).count());
+  std::sort(handoff_us.begin(), handoff_us.end());
+  auto pct = [&](double p) {
+    return handoff_us.empty() ? 0.0 : handoff_us[std::min(handoff_us.size() - 1, std::size_t(p * handoff_us.size()))];
+  };
+  std::printf(
+      "{\"scenario\":\"long_queue\",\"watch\":\"%s\",\"waiters\":%d,\"sessions\":%d,\"fill_ms\":%.0f,"
+      "\"drain_ms\":%.0f,\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,"
+      "\"requests_per_handoff\":%.2f,\"wakeups_per_handoff\":%.2f,\"rss_per_waiter_bytes\":%.0f,"
+      "\"sizeof_mutex\":%zu,\"listing_bytes\":%zu}\n",
+      watch_name, waiters, cfg.sessions, fill_ms, drain_ms, waiters / (drain_ms / 1000), pct(0.5), pct(0.9),
+      double(g_requests) / std::max<std::uint64_t>(1, g_acquires), double(g_wakeups) / std::max<std::uint64_t>(1, g_acquires),
+      double(rss_queued - rss0) / waiters, sizeof(counted_mutex<Watch>), listing_bytes);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "scale: %s\nusage: scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] "
+                 "[--sessions 10]\n",
+                 e.what());
+    return 2;
+  }
+  try {
+    const std::string base = "/bench/scale/" + std::to_string(::getpid());
+    std::fprintf(stderr, "scale: %d locks in one session\n", cfg.locks);
+    many_locks(base);
+    for (int w : cfg.waiters) {
+      std::fprintf(stderr, "scale: %d waiters, predecessor watch\n", w);
+      long_queue<zklock::watch_predecessor>(base, w, "predecessor");
+    }
+    const int smallest = *std::min_element(cfg.waiters.begin(), cfg.waiters.end());
+    std::fprintf(stderr, "scale: %d waiters, children watch\n", smallest);
+    long_queue<zklock::watch_children>(base, smallest, "children");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "scale: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
