@@ -133,4 +133,78 @@ std::string contender_data() {
   return "host=" + std::string{host} + " pid=" + std::to_string(::getpid()) + " since=" + std::to_string(ms);
 }
 
+namespace {
+
+/// Returns: the SHA-1 digest of `in` (FIPS 180-4), as ZooKeeper's digest scheme needs it.
+std::array<unsigned char, 20> sha1(std::string_view in) {
+  std::uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+  std::string msg{in};
+  const std::uint64_t bits = static_cast<std::uint64_t>(in.size()) * 8;
+  msg += static_cast<char>(0x80);
+  while (msg.size() % 64 != 56) msg += '\0';
+  for (int i = 7; i >= 0; --i) msg += static_cast<char>((bits >> (8 * i)) & 0xff);
+  auto rotl = [](std::uint32_t x, int n) { return (x << n) | (x >> (32 - n)); };
+  for (std::size_t block = 0; block < msg.size(); block += 64) {
+    std::uint32_t w[80];
+    for (int t = 0; t < 16; ++t) {
+      w[t] = 0;
+      for (int b = 0; b < 4; ++b)
+        w[t] = (w[t] << 8) | static_cast<unsigned char>(msg[block + static_cast<std::size_t>(4 * t + b)]);
+    }
+    for (int t = 16; t < 80; ++t) w[t] = rotl(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
+    std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int t = 0; t < 80; ++t) {
+      std::uint32_t f, k;
+      if (t < 20) f = (b & c) | (~b & d), k = 0x5A827999;
+      else if (t < 40) f = b ^ c ^ d, k = 0x6ED9EBA1;
+      else if (t < 60) f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
+      else f = b ^ c ^ d, k = 0xCA62C1D6;
+      const std::uint32_t next = rotl(a, 5) + f + e + k + w[t];
+      e = d, d = c, c = rotl(b, 30), b = a, a = next;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+  }
+  std::array<unsigned char, 20> out{};
+  for (std::size_t i = 0; i < 20; ++i) out[i] = static_cast<unsigned char>(h[i / 4] >> (24 - 8 * (i % 4)));
+  return out;
+}
+
+std::string base64(const unsigned char* p, std::size_t n) {
+  static constexpr char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < n; i += 3) {
+    const std::uint32_t v = (std::uint32_t{p[i]} << 16) | (i + 1 < n ? std::uint32_t{p[i + 1]} << 8 : 0) |
+                            (i + 2 < n ? std::uint32_t{p[i + 2]} : 0);
+    out += abc[(v >> 18) & 63];
+    out += abc[(v >> 12) & 63];
+    out += i + 1 < n ? abc[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string digest_identity(std::string_view user_colon_password) {
+  const auto colon = user_colon_password.find(':');
+  if (colon == std::string_view::npos)
+    throw std::invalid_argument("zklock: a digest credential is \"user:password\"");
+  const auto d = sha1(user_colon_password);
+  return std::string{user_colon_password.substr(0, colon)} + ":" + base64(d.data(), d.size());
+}
+
+bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_id) noexcept {
+  for (const auto& e : acl) {
+    if (!(e.perms & acl_delete)) continue;
+    if (e.scheme == "world") {
+      if (e.id == "anyone") return true;
+    } else if (e.scheme == "digest") {
+      if (!digest_id.empty() && e.id == digest_id) return true;
+    } else {
+      return true;  // ip, sasl, x509, ...: the server may count us in; do not refuse
+    }
+  }
+  return false;
+}
+
 }  // namespace zklock::detail

@@ -131,8 +131,11 @@ std::optional<node_seen> watch_node(session& s, const std::string& path, const s
 /// watch is removed from the server and the client. Never throws.
 void drop_watch(session& s, const std::string& path, bool children, const wake_target* watcher) noexcept;
 
-/// Effects: bumps the data version of `path` (best effort) so that an exists watch on it fires.
-void touch_node(session& s, const std::string& path) noexcept;
+/// Effects: bumps the data version of our node `n` so that an exists watch on it fires (a granted
+/// semaphore waiter wakes the one behind it). Sent without waiting for the reply; if the connection
+/// is down or the outcome unknown, the session sends it again once connected (unless the node's
+/// session ended, which deletes the node and so wakes the watcher anyway). Never throws.
+void touch_node(session& s, const held_node& n) noexcept;
 
 /// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
 /// in the background until it succeeds or the session ends. Never throws.
@@ -146,25 +149,44 @@ std::stop_token loss_token(const session& s, std::uint64_t generation);
 void run_on_session_thread(session& s, std::stop_source stop) noexcept;
 
 /// The loss signal of one hold: fires when its session generation is lost, or (once watched) when
-/// its node is deleted by someone else. Quiet after release().
+/// its node is deleted by someone else. Quiet after release(). A waiter may arm the node watch
+/// before it is granted (see watch_own_node): then the guard also tells the engine, before the
+/// grant, whether its node still stands.
 class hold_guard final : public wake_target {
  public:
+  /// Effects: links the guard to `session_loss` (it fires with it). Throws: std::bad_alloc.
   hold_guard(session& s, std::stop_token session_loss) : s_(s), link_(std::move(session_loss), stopper{&source_}) {}
-  /// Effects: the node's watch fired (deleted or changed by someone else, or session ended). The
-  /// stop (and so the users' stop callbacks) runs on the session's thread, never ZooKeeper's.
+  /// Effects: the node's watch fired (deleted or changed by someone else, or session ended): marks
+  /// the guard fired at once, and fires the token on the session's thread (so users' stop callbacks
+  /// never run on ZooKeeper's). Does nothing after release().
   void wake() noexcept override {
-    if (!released_.load(std::memory_order_acquire)) run_on_session_thread(s_, source_);
+    if (released_.load(std::memory_order_acquire)) return;
+    fired_.store(true, std::memory_order_release);
+    run_on_session_thread(s_, source_);
   }
-  /// Effects: from now on nothing fires (the hold was released by its owner).
+  /// Effects: from now on nothing fires (the hold was released by its owner, or never granted).
   void release() noexcept { released_.store(true, std::memory_order_release); }
   /// Returns: the token users see.
   std::stop_token token() const noexcept { return source_.get_token(); }
-  /// Returns: whether the loss was signalled.
+  /// Returns: whether the loss was signalled (the token fired).
   bool lost() const noexcept { return source_.stop_requested(); }
-  /// Returns: true once, for the caller that arms the node watch.
-  bool claim_watch() noexcept { return !watched_.exchange(true); }
+  /// Returns: whether the node watch fired or the session ended; set at once on ZooKeeper's
+  /// thread, before the token fires.
+  bool fired() const noexcept { return fired_.load(std::memory_order_acquire); }
+  /// Returns: true for the one caller that arms the node watch (none is armed or being armed).
+  bool claim_watch() noexcept {
+    auto expected = watch_state::none;
+    return watch_.compare_exchange_strong(expected, watch_state::pending);
+  }
+  /// Returns: whether the node watch is armed on the server (it stays so until it fires).
+  bool watch_armed() const noexcept { return watch_.load(std::memory_order_acquire) == watch_state::armed; }
+  /// Effects: records the outcome of arming the node watch: armed, or not (then it may be claimed again).
+  void watch_result(bool armed) noexcept {
+    watch_.store(armed ? watch_state::armed : watch_state::none, std::memory_order_release);
+  }
 
  private:
+  enum class watch_state : unsigned char { none, pending, armed };
   struct stopper {
     std::stop_source* s;
     void operator()() const noexcept { s->request_stop(); }
@@ -172,12 +194,42 @@ class hold_guard final : public wake_target {
   session& s_;
   std::stop_source source_;
   std::atomic<bool> released_{false};
-  std::atomic<bool> watched_{false};
+  std::atomic<bool> fired_{false};
+  std::atomic<watch_state> watch_{watch_state::none};
   std::stop_callback<stopper> link_;  // after source_: it may fire while being constructed
 };
 
-/// Effects: arms a data watch on the held node `n` waking `g` (fires `g` at once if `n` is gone).
-void watch_held_node(session& s, const held_node& n, const std::shared_ptr<hold_guard>& g);
+/// Effects: arms a data watch on the held node `n` waking `g` (fires `g` at once if `n` is gone),
+/// and waits for the reply (up to the session's connect_timeout). `g` must have been claimed
+/// (claim_watch). Never throws: a session that ended fires `g`.
+void watch_held_node(session& s, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept;
+
+/// Effects: as watch_held_node for a contender that still waits, but only sends the request: the
+/// reply arrives (and records g.watch_result, or fires `g` if the node is gone) before the reply
+/// of any request this session sends later, and before any event those requests trigger. `g` must
+/// have been claimed. Never throws (if it cannot be sent, the watch is simply not armed).
+void watch_own_node(session& s, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept;
+
+// ---- ACLs: refuse to queue where we could not delete our node again ----------------------------
+
+/// One entry of a node's ACL.
+struct acl_entry {
+  int perms = 0;       ///< ZooKeeper permission bits (read 1, write 2, create 4, delete 8, admin 16)
+  std::string scheme;  ///< "world", "digest", "ip", ...
+  std::string id;      ///< "anyone", "user:base64(sha1(user:password))", an address, ...
+};
+
+/// The DELETE permission bit.
+inline constexpr int acl_delete = 8;
+
+/// Returns: the id ZooKeeper's digest scheme stores for `user:password`:
+/// "user:" + base64(sha1("user:password")). Throws: std::invalid_argument if there is no ':'.
+std::string digest_identity(std::string_view user_colon_password);
+
+/// Returns: whether `acl` may let a session whose digest identity is `digest_id` (empty: none)
+/// delete children of the node: world:anyone or that digest id holds DELETE, or an entry of a
+/// scheme that zklock cannot judge from the client side (ip, sasl, x509, ...) does.
+bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_id) noexcept;
 
 /// Returns: whether the session that created `n` is still the live one (not expired, not replaced).
 bool session_alive_for(const session& s, const held_node& n) noexcept;

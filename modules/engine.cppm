@@ -52,9 +52,6 @@ export namespace zklock {
 
 namespace detail {
 
-/// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
-/// holds, or until `deadline`. Returns: the held node, or nullopt on timeout (nothing left behind).
-/// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 /// What one acquire attempt did (for hooks; counted only when asked for).
 struct acquire_counters {
   std::size_t position = 0;  ///< contenders ahead at the first listing
@@ -62,9 +59,18 @@ struct acquire_counters {
   std::size_t requests = 0;
 };
 
+/// A granted contender node and the loss signal of its hold.
+struct grant {
+  held_node node;                     ///< the node we hold
+  std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost; its node watch may be armed
+};
+
+/// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
+/// holds, or until `deadline`. Returns: the grant, or nullopt on timeout (nothing left behind).
+/// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<held_node> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                      clock::time_point deadline, acquire_counters* count = nullptr) {
+std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
+                                  clock::time_point deadline, acquire_counters* count = nullptr) {
   auto sent = [count](std::size_t n = 1) {
     if (count) count->requests += n;
   };
@@ -84,6 +90,7 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     std::string watched;  // path with a watch of ours that has not fired, if any
     bool watched_children = false;
     bool keep = false;
+    std::shared_ptr<hold_guard> guard;  // made at the first predecessor wait, or at the grant
     acquire_counters* count = nullptr;
     void forget_watch() noexcept {
       if (!watched.empty()) {
@@ -95,8 +102,15 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     ~attempt() {
       if (!keep) {
         forget_watch();
+        if (guard) guard->release();  // its watch on our node goes with the node
         release_node(s, *node);
       }
+    }
+    /// Returns: the grant (the attempt is kept from now on). Throws: std::bad_alloc.
+    grant granted() {
+      if (!guard) guard = std::make_shared<hold_guard>(s, loss_token(s, node->generation));
+      keep = true;
+      return grant{std::move(*node), std::move(guard)};
     }
   } at(s, node);
   at.count = count;
@@ -128,11 +142,10 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     const verdict v = rule(queue, me);
     if (v.held) {
       if (v.poke_successor) {
-        touch_node(s, node->path);
+        touch_node(s, *node);
         sent();
       }
-      at.keep = true;  // a children watch left armed fires once, harmlessly, at the next change
-      return node;
+      return at.granted();  // a children watch left armed fires once, harmlessly, at the next change
     }
     if (clock::now() >= deadline) return std::nullopt;
 
@@ -162,6 +175,16 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
         if (after.held) once_gone = after;
       }
       at.waiter->node_deleted.store(false);
+      if (once_gone) {
+        // The deletion of `target` will decide without a listing only if our own node still stands
+        // then. Watch it too, sent just before: its reply, and any deletion of it, reach us before
+        // the events of the watch below. The watch stays armed as the hold's loss watch.
+        if (!at.guard) at.guard = std::make_shared<hold_guard>(s, loss_token(s, node->generation));
+        if (at.guard->claim_watch()) {
+          watch_own_node(s, *node, at.guard);
+          sent();
+        }
+      }
       sent();
       const auto seen = watch_node(s, target, at.waiter, deadline);
       if (!seen) return std::nullopt;
@@ -177,13 +200,14 @@ std::optional<held_node> acquire_node(session& s, const std::string& lock_path, 
     at.watched.clear();  // it fired (or the session ended)
     if (count) ++count->wakeups;
     waits = false;
-    if (watched_node_gone && once_gone) {  // the rule already said: held once that node is gone
+    // The rule already said: held once that node is gone, if ours still stands (its watch is armed
+    // and has not fired: a deletion of our node would have reached us before this event).
+    if (watched_node_gone && once_gone && at.guard && at.guard->watch_armed() && !at.guard->fired()) {
       if (once_gone->poke_successor) {
-        touch_node(s, node->path);
+        touch_node(s, *node);
         sent();
       }
-      at.keep = true;
-      return node;
+      return at.granted();
     }
     sent();
     listing = list_children(s, lock_path, nullptr, deadline);
@@ -335,35 +359,29 @@ class lock_side {
     const auto st = book_.begin(deadline);
     if (!st) return false;
     if (*st == hold_book<R>::start::reentered) return true;
-    std::optional<held_node> n;
+    std::optional<grant> g;
     [[maybe_unused]] acquire_counters counters;
     [[maybe_unused]] clock::time_point started;
     if constexpr (H::enabled) started = clock::now();
     try {
-      n = acquire_node<W, K>(s_, path_, rule, deadline, H::enabled ? &counters : nullptr);
+      g = acquire_node<W, K>(s_, path_, rule, deadline, H::enabled ? &counters : nullptr);
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
     }
-    const bool ok = n.has_value();
+    const bool ok = g.has_value();
     [[maybe_unused]] clock::time_point granted;
     if constexpr (H::enabled) {
       granted = clock::now();
       H::on_acquire(acquire_stats{path_, granted - started, counters.position, counters.wakeups,
                                   counters.requests, ok});
     }
-    std::shared_ptr<hold_guard> guard;
-    if (ok) {
-      try {
-        guard = std::make_shared<hold_guard>(s_, loss_token(s_, n->generation));
-      } catch (...) {
-        release_node(s_, *n);
-        book_.finish(std::nullopt);
-        throw;
-      }
+    if (!ok) {
+      book_.finish(std::nullopt);
+      return false;
     }
-    book_.finish(std::move(n), std::move(guard), granted);
-    return ok;
+    book_.finish(std::move(g->node), std::move(g->guard), granted);
+    return true;
   }
 
   /// Effects: gives the caller a hold on `n`, a node it holds through another side (a downgrade
@@ -371,7 +389,15 @@ class lock_side {
   bool adopt(const held_node& n, clock::time_point deadline) {
     const auto st = book_.begin(deadline);
     if (!st) return false;
-    if (*st == hold_book<R>::start::acquire) book_.finish(n, std::make_shared<hold_guard>(s_, loss_token(s_, n.generation)));
+    if (*st == hold_book<R>::start::reentered) return true;
+    std::shared_ptr<hold_guard> guard;
+    try {
+      guard = std::make_shared<hold_guard>(s_, loss_token(s_, n.generation));
+    } catch (...) {
+      book_.finish(std::nullopt);
+      throw;
+    }
+    book_.finish(n, std::move(guard), H::enabled ? clock::now() : clock::time_point{});
     return true;
   }
 
@@ -390,7 +416,11 @@ class lock_side {
 
   /// Effects: as release(), but keeps the node while the caller still holds it through `other`.
   void release_unless_held_by(const lock_side& other) noexcept {
-    if (auto n = book_.end(); n && !other.book_.holds_node(n->path)) release_node(s_, *n);
+    [[maybe_unused]] clock::time_point granted;
+    auto n = book_.end(H::enabled ? &granted : nullptr);
+    if (!n) return;
+    if (!other.book_.holds_node(n->path)) release_node(s_, *n);
+    if constexpr (H::enabled) H::on_release(release_stats{path_, clock::now() - granted});
   }
 
   /// Returns: the caller's held node, if any.
@@ -406,7 +436,8 @@ class lock_side {
   /// Returns: whether the caller holds (bookkeeping only).
   bool held() const noexcept { return book_.count() > 0; }
 
-  /// Returns: the loss token of the caller's hold (arms the own-node watch once). Throws: not_held.
+  /// Returns: the loss token of the caller's hold (arms the own-node watch once, unless the wait
+  /// for the grant armed it already). Throws: not_held.
   std::stop_token lost_token() const {
     const auto g = book_.guard();
     const auto n = book_.held();
@@ -415,10 +446,20 @@ class lock_side {
     return g->token();
   }
 
-  /// Returns: whether the caller holds and no loss was signalled.
+  /// Returns: whether the caller holds and no loss was signalled (arms the own-node watch once,
+  /// as lost_token() does, so that a deletion by someone else is seen).
   bool still_owned() const noexcept {
-    const auto g = book_.guard();
-    return g && !g->lost();
+    try {
+      const auto g = book_.guard();
+      if (!g) return false;
+      if (g->claim_watch()) {
+        if (const auto n = book_.held()) watch_held_node(s_, *n, g);
+        else g->watch_result(false);
+      }
+      return !g->fired() && !g->lost();
+    } catch (...) {  // allocation failure while looking
+      return false;
+    }
   }
 
  private:
@@ -651,7 +692,10 @@ class basic_counting_semaphore {
   }
   /// Effects: returns every lease still held (never throws).
   ~basic_counting_semaphore() {
-    for (auto& l : held_) detail::release_node(s_, l.node);
+    for (auto& l : held_) {
+      l.guard->release();
+      detail::release_node(s_, l.node);
+    }
   }
   basic_counting_semaphore(const basic_counting_semaphore&) = delete;
   basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;
@@ -684,6 +728,7 @@ class basic_counting_semaphore {
       l = std::move(held_.back());
       held_.pop_back();
     }
+    l->guard->release();  // our own delete is no loss
     detail::release_node(s_, l->node);
     if constexpr (H::enabled) H::on_release(release_stats{path_, detail::clock::now() - l->granted});
   }
@@ -694,6 +739,33 @@ class basic_counting_semaphore {
   }
   /// Returns: the number of leases of the semaphore.
   std::ptrdiff_t leases() const noexcept { return leases_; }
+  /// Returns: a token that fires when the most recently granted lease of this object (the one
+  /// release() returns next) can no longer be guaranteed: as basic_mutex::lost_token (the first
+  /// call arms a watch on the lease's node: one request). Throws: std::system_error(errc::not_held)
+  /// if the object holds no lease.
+  std::stop_token lost_token() const {
+    std::shared_ptr<detail::hold_guard> g;
+    std::optional<detail::held_node> n;
+    {
+      std::lock_guard lk{mu_};
+      if (held_.empty()) throw_error(errc::not_held, "zklock: lost_token() on " + path_ + " without a lease");
+      g = held_.back().guard;
+      n = held_.back().node;
+    }
+    if (g->claim_watch()) detail::watch_held_node(s_, *n, g);
+    return g->token();
+  }
+  /// Returns: whether the object holds a lease and no loss of its most recent one was signalled
+  /// (the first call arms the watch, as lost_token() does).
+  bool still_owned() const noexcept {
+    try {
+      (void)lost_token();
+      std::lock_guard lk{mu_};
+      return !held_.empty() && !held_.back().guard->fired() && !held_.back().guard->lost();
+    } catch (...) {  // not held (or allocation failure)
+      return false;
+    }
+  }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -714,8 +786,14 @@ class basic_counting_semaphore {
                                   n.has_value()});
     }
     if (!n) return false;
-    std::lock_guard lk{mu_};
-    held_.push_back(lease{std::move(*n), granted});
+    try {
+      std::lock_guard lk{mu_};
+      held_.push_back(lease{std::move(n->node), std::move(n->guard), granted});
+    } catch (...) {
+      n->guard->release();
+      detail::release_node(s_, n->node);
+      throw;
+    }
     return true;
   }
   session& s_;
@@ -723,7 +801,8 @@ class basic_counting_semaphore {
   std::ptrdiff_t leases_;
   struct lease {
     detail::held_node node;
-    detail::clock::time_point granted;  // only measured for hooks
+    std::shared_ptr<detail::hold_guard> guard;  // its loss signal
+    detail::clock::time_point granted;          // only measured for hooks
   };
   mutable std::mutex mu_;
   std::vector<lease> held_;

@@ -24,6 +24,7 @@ module;
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 #include <zookeeper/zookeeper.h>
@@ -238,11 +239,13 @@ struct handle_ctx {
   std::uint64_t generation;
 };
 
-/// A node (or every child of a lock node that starts with a prefix) we must delete once connected.
+/// A node (or every child of a lock node that starts with a prefix) we must delete once connected;
+/// or, with `touch`, a node of ours whose data we must bump (a semaphore's wake-up of the next waiter).
 struct pending_delete {
   std::string path;        // the node, or the lock node when `prefix` is set
   std::string prefix;      // non-empty: delete children of `path` starting with it
   std::uint64_t generation;
+  bool touch = false;      // bump the data of `path` instead of deleting it
 };
 
 struct session_impl {
@@ -263,6 +266,7 @@ struct session_impl {
   std::chrono::milliseconds negotiated{0};
   std::deque<session_state> events;
   std::vector<pending_delete> pending;
+  std::unordered_set<std::string> deletable;  // lock paths whose ACL lets us delete our nodes
   std::vector<std::stop_source> stops;  // to request on the worker (from watch callbacks)
   std::stop_source loss;          // of the current generation: fired when its holds are lost
   clock::time_point suspended_at{};  // when the current suspension began
@@ -561,6 +565,10 @@ struct session_impl {
   bool delete_now(const pending_delete& p) {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
+    if (p.touch) {
+      const std::string data = contender_data();
+      return !unknown_outcome(zoo_set(zh, p.path.c_str(), data.data(), static_cast<int>(data.size()), -1));
+    }
     if (p.prefix.empty()) {
       const int rc = zoo_delete(zh, p.path.c_str(), -1);
       log_refused_delete(p.path, rc);
@@ -615,6 +623,29 @@ struct session_impl {
     if (rc != ZOK) return false;
     box.release();  // owned by the completion now, which always comes (reply, loss or close)
     return true;
+  }
+
+  /// Effects: sends the data bump of p.path (p.touch) and returns; its completion retries it later
+  /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
+  bool touch_in_background(const pending_delete& p) {
+    std::shared_lock hl{handle_mu};
+    if (!zh) return true;
+    auto box = std::make_unique<background_delete>(background_delete{this, p});
+    const std::string data = contender_data();
+    const int rc = zoo_aset(zh, box->p.path.c_str(), data.data(), static_cast<int>(data.size()), -1,
+                            &on_background_touch, box.get());
+    if (rc != ZOK) return false;
+    box.release();  // owned by the completion now
+    return true;
+  }
+
+  static void on_background_touch(int rc, const struct Stat*, const void* data) noexcept {
+    std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    if (!unknown_outcome(rc)) return;  // done, or the node is gone (which wakes its watcher too)
+    try {
+      box->s->defer_delete(std::move(box->p));
+    } catch (...) {
+    }
   }
 
   static void on_background_delete(int rc, const void* data) noexcept {
@@ -727,6 +758,8 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: session_timeout is unreasonably long");
   if (options.auth && options.auth->scheme.empty())
     throw std::invalid_argument("zklock::session: auth scheme is empty");
+  if (options.loss_tolerance < std::chrono::milliseconds::zero())
+    throw std::invalid_argument("zklock::session: loss_tolerance must not be negative (zero = the default)");
   impl_ = std::make_unique<detail::session_impl>(std::move(options));
   impl_->chroot = std::move(chroot);
   impl_->open_handle(true);  // throws; nothing else to undo yet
@@ -852,6 +885,42 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
 
 [[noreturn]] void fail(int rc, const std::string& what) { throw_error(static_cast<errc>(rc), what); }
 
+/// Effects: once per session and lock path, reads the lock node's ACL and refuses to queue there
+/// if it would not let this session delete its contender node again (ZooKeeper checks DELETE on
+/// the parent): the create would succeed and the release fail, leaving a node that blocks the
+/// queue for the whole session. A missing lock node is fine: zklock creates it with an ACL that
+/// lets its creator delete. Returns: false if `deadline` passed. Throws: errc::no_auth.
+bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g, clock::time_point deadline,
+                     std::size_t* sent) {
+  {
+    std::lock_guard lk{s.mu};
+    if (s.deletable.contains(lock_path)) return true;
+  }
+  ACL_vector acl{};
+  struct Stat st {};
+  if (sent) ++*sent;
+  auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
+  if (!rc) return false;
+  if (*rc == ZOK) {
+    std::vector<acl_entry> entries;
+    for (int i = 0; i < acl.count; ++i)
+      entries.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
+                         acl.data[i].id.id ? acl.data[i].id.id : ""});
+    deallocate_ACL_vector(&acl);
+    const std::string me =
+        s.opts.auth && s.opts.auth->scheme == "digest" ? digest_identity(s.opts.auth->credential) : std::string{};
+    if (!acl_may_delete(entries, me))
+      throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
+                                     " does not let this session delete its contender node again (no DELETE "
+                                     "permission for world:anyone or our digest user): refusing to queue there");
+  } else if (*rc != ZNONODE) {
+    fail(*rc, "zklock: reading the ACL of " + lock_path);
+  }
+  std::lock_guard lk{s.mu};
+  s.deletable.insert(lock_path);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -919,6 +988,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
                                            std::string_view data, clock::time_point deadline, std::size_t* sent) {
   session_impl& s = sess.impl();
   const std::uint64_t g = s.current_gen();
+  if (!check_deletable(s, lock_path, g, deadline, sent)) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
   pipelined_replies r;
   {
@@ -962,7 +1032,9 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
 std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
                                           std::string_view data, clock::time_point deadline) {
   session_impl& s = sess.impl();
-  return create_contender_from(s, lock_path, prefix, data, deadline, s.current_gen(), false, nullptr);
+  const std::uint64_t g = s.current_gen();
+  if (!check_deletable(s, lock_path, g, deadline, nullptr)) return std::nullopt;
+  return create_contender_from(s, lock_path, prefix, data, deadline, g, false, nullptr);
 }
 
 namespace {
@@ -987,6 +1059,11 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
         for (int i = 0; i < kids.count; ++i)
           if (std::string_view{kids.data[i]}.starts_with(prefix)) found = kids.data[i];
         deallocate_String_vector(&kids);
+      } else if (*rc != ZNONODE) {
+        // We cannot look (e.g. NOAUTH on reading the lock node): a node of ours may exist. The
+        // session tries to remove it (it can only if it may list), and we report the refusal.
+        give_up();
+        fail(*rc, "zklock: looking for our contender under " + lock_path);
       }
       if (!found.empty()) {
         const std::string full = lock_path + "/" + found;
@@ -1122,15 +1199,22 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
     zoo_remove_all_watches(s.zh, path.c_str(), type, 1);
 }
 
-void touch_node(session& sess, const std::string& path) noexcept {
+void touch_node(session& sess, const held_node& n) noexcept {
   session_impl& s = sess.impl();
-  std::shared_lock hl{s.handle_mu};
-  {
-    std::lock_guard lk{s.mu};
-    if (s.closed || !s.zh || s.st != session_state::connected) return;
+  pending_delete p{n.path, {}, n.generation, true};
+  try {
+    {
+      std::lock_guard lk{s.mu};
+      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return;  // node gone too
+      if (s.st != session_state::connected) {
+        s.pending.push_back(std::move(p));
+        s.cv.notify_all();
+        return;
+      }
+    }
+    if (!s.touch_in_background(p)) s.defer_delete(std::move(p));
+  } catch (...) {  // allocation failure: nothing sensible left to do
   }
-  const std::string data = contender_data();
-  zoo_set(s.zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
 }
 
 void release_node(session& sess, const held_node& n) noexcept {
@@ -1160,7 +1244,7 @@ std::string session_password(const session& sess) {
   return id ? std::string{id->passwd, sizeof id->passwd} : std::string{};
 }
 
-void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) {
+void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept {
   if (!session_alive_for(sess, n)) {
     g->wake();
     return;
@@ -1168,9 +1252,77 @@ void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<ho
   try {
     const auto seen = watch_node(sess, n.path, g, clock::now() + sess.impl().opts.connect_timeout);
     if (seen && *seen == node_seen::gone) g->wake();
+    g->watch_result(seen && *seen != node_seen::gone);
   } catch (const std::system_error&) {
     g->wake();  // expired or closed meanwhile: lost
+  } catch (...) {  // allocation failure: not watched
+    g->watch_result(false);
   }
+}
+
+namespace {
+
+/// The context of an own-node watch request whose reply we do not wait for.
+struct own_watch_box {
+  const session_impl* s;
+  std::string path;
+  std::weak_ptr<hold_guard> guard;
+};
+
+/// Effects: removes `t` from the group of (owner, path, data) without asking the server (the watch
+/// was not armed). Never throws.
+void leave_group(const session_impl* owner, const std::string& path, const wake_target* t) noexcept {
+  std::lock_guard lk{g_watch_mu};
+  auto open = g_open.find({owner, path, false});
+  if (open == g_open.end()) return;
+  auto& waiters = g_groups[open->second].waiters;
+  std::erase_if(waiters, [&](const std::weak_ptr<wake_target>& w) {
+    auto p = w.lock();
+    return !p || p.get() == t;
+  });
+  if (waiters.empty()) {
+    g_groups.erase(open->second);
+    g_open.erase(open);
+  }
+}
+
+extern "C" void on_own_watch(int rc, const char*, int, const struct Stat*, const void* data) {
+  std::unique_ptr<own_watch_box> box{static_cast<own_watch_box*>(const_cast<void*>(data))};
+  auto g = box->guard.lock();
+  if (rc == ZOK) {
+    if (g) g->watch_result(true);
+    return;
+  }
+  leave_group(box->s, box->path, g.get());
+  if (!g) return;
+  g->watch_result(false);
+  if (rc == ZNONODE || rc == ZSESSIONEXPIRED) g->wake();  // our node is gone already
+}
+
+}  // namespace
+
+void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept {
+  session_impl& s = sess.impl();
+  try {
+    auto box = std::make_unique<own_watch_box>(own_watch_box{&s, n.path, g});
+    const std::uint64_t group = join_group(&s, n.path, false, g);
+    int rc;
+    {
+      std::shared_lock hl{s.handle_mu};
+      {
+        std::lock_guard lk{s.mu};
+        rc = (s.closed || !s.zh || s.gen != n.generation || s.st != session_state::connected) ? ZCONNECTIONLOSS : ZOK;
+      }
+      if (rc == ZOK) rc = zoo_awget(s.zh, n.path.c_str(), &node_watcher, watch_ctx(group), &on_own_watch, box.get());
+    }
+    if (rc == ZOK) {
+      box.release();  // owned by the completion now, which always comes
+      return;
+    }
+    leave_group(&s, n.path, g.get());
+  } catch (...) {  // allocation failure: not watched
+  }
+  g->watch_result(false);
 }
 
 void run_on_session_thread(session& sess, std::stop_source stop) noexcept {

@@ -167,7 +167,9 @@ TEST(FastPath, BackgroundReleaseSemaphoreAndSharedMutex) {
 
 // C waits behind B, which waits behind the holder A. B's node disappears (here: deleted by a
 // stranger; a timed-out B looks the same to C): C's watch reports a deletion, but C is not first
-// yet and must list again and wait for A, not take the lock.
+// yet and must list again and wait for A, not take the lock. B, whose own node is gone, must not
+// take the lock either when A leaves (its watch on A says "A is gone", which alone would grant
+// it): it gets lock_lost, and C is the only holder after A.
 TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   const auto path = zkt::unique_path("fast-skip");
   zklock::session sa{zkt::options()}, sb{zkt::options()}, sc{zkt::options()};
@@ -175,11 +177,15 @@ TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   a.lock();
   std::atomic<bool> a_holds{true};
   std::atomic<bool> c_early{false};
+  std::atomic<bool> b_held{false};
+  std::error_code b_error;
   std::jthread tb{[&] {
     try {
-      b.lock();  // its node is deleted under it: lock_lost when it looks again
+      b.lock();  // its node is deleted under it: lock_lost, never a hold
+      b_held = true;
       b.unlock();
-    } catch (const std::system_error&) {
+    } catch (const std::system_error& e) {
+      b_error = e.code();
     }
   }};
   ASSERT_TRUE(zkt::await_children(path, 2));
@@ -209,6 +215,8 @@ TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   tc.join();
   tb.join();
   EXPECT_FALSE(c_early.load());
+  EXPECT_FALSE(b_held.load()) << "B took the lock although its node was gone";
+  EXPECT_EQ(b_error, zklock::make_error_code(zklock::errc::lock_lost));
   EXPECT_TRUE(zkt::children(path).empty());
 }
 

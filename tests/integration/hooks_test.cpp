@@ -37,6 +37,10 @@ static_assert(zklock::Hooks<test_hooks> && zklock::Hooks<zklock::no_hooks>);
 
 using observed = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
                                      zklock::reentrancy_none, zklock::timeout_forever, test_hooks>;
+using observed_rw = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                               zklock::reentrancy_none, zklock::timeout_forever, test_hooks>;
+using observed_sem = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                                      zklock::timeout_forever, test_hooks>;
 
 class Hooks : public ::testing::Test {
  protected:
@@ -79,6 +83,15 @@ TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   const auto path = zkt::unique_path("hooks-waiter");
   observed holder{a, path}, waiter{b, path};
+  waiter.lock();  // the first use of a path in a session also reads its ACL: warm both up
+  waiter.unlock();
+  holder.lock();
+  holder.unlock();
+  {
+    std::lock_guard lk{log().mu};
+    log().acquires.clear();
+    log().releases.clear();
+  }
   holder.lock();
   std::jthread t{[&] {
     waiter.lock();
@@ -93,8 +106,9 @@ TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
   EXPECT_TRUE(w.acquired);
   EXPECT_EQ(w.queue_position, 1u);
   EXPECT_EQ(w.wakeups, 1u);
-  // create + list (back to back), watch the one ahead; its deletion decides: no second list
-  EXPECT_EQ(w.requests, 3u);
+  // create + list (back to back); watch our own node and the one ahead (back to back); the
+  // deletion of the one ahead decides, our node still standing: no second list
+  EXPECT_EQ(w.requests, 4u);
   EXPECT_GT(w.wait, log().acquires[0].wait);
 }
 
@@ -110,6 +124,36 @@ TEST_F(Hooks, AFailedTryIsReported) {
   EXPECT_FALSE(log().acquires[1].acquired);
   EXPECT_EQ(log().acquires[1].queue_position, 1u);
   EXPECT_EQ(log().releases.size(), 1u);  // only the holder's release
+}
+
+// Every primitive reports both ends of a hold: the read and write sides of a shared mutex (also
+// through a downgrade, where the two sides share one node) and each semaphore lease.
+TEST_F(Hooks, SharedMutexAndSemaphoreReportEveryRelease) {
+  zklock::session s{zkt::options()};
+  const auto path = zkt::unique_path("hooks-rw");
+  observed_rw rw{s, path};
+  rw.lock();
+  rw.unlock();
+  rw.lock_shared();
+  rw.unlock_shared();
+  rw.lock();
+  rw.lock_shared();  // downgrade: shares the write node
+  rw.unlock();
+  rw.unlock_shared();
+  observed_sem sem{s, path + "-sem", 2};
+  sem.acquire();
+  sem.acquire();
+  sem.release();
+  sem.release();
+  std::lock_guard lk{log().mu};
+  EXPECT_EQ(log().acquires.size(), 5u) << "write, read, write (the downgrade's read adopts: no acquire), 2 leases";
+  ASSERT_EQ(log().releases.size(), 6u) << "every unlock, unlock_shared and release is reported";
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(log().releases[i].path, path);
+  EXPECT_EQ(log().releases[4].path, path + "-sem");
+  EXPECT_EQ(log().releases[5].path, path + "-sem");
+  for (const auto& r : log().releases)  // from the grant (or the adoption), not from the clock's epoch
+    EXPECT_LT(r.held, std::chrono::minutes{1});
+  EXPECT_TRUE(zkt::children(path).empty());
 }
 
 }  // namespace
