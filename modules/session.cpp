@@ -286,9 +286,17 @@ struct session_impl {
 
   std::thread worker;
 
+  // Sessions given up locally (a suspension longer than the loss tolerance) whose handle was
+  // closed while no server could hear it: the server keeps them, and their ephemeral nodes, until
+  // it expires them itself, which after a quorum outage can be a whole timeout after recovery.
+  // The reaper attaches to each with its id and password as soon as a server answers and closes it.
+  std::vector<clientid_t> stale;
+  std::thread reaper;
+
   ~session_impl() {
     // close() called from a listener cannot join the worker it runs on: join it here.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+    if (reaper.joinable()) reaper.join();
   }
 
   /// Returns: whether the caller is running a listener right now (and so holds listener_mu).
@@ -368,6 +376,10 @@ struct session_impl {
   /// checked. Throws: std::system_error; the handle is closed again on failure.
   void open_handle(bool first = false) {
     std::lock_guard rl{reopen_mu};
+    if (!first) {  // the worker and reestablish() may both get here: the second has nothing to do
+      std::lock_guard lk{mu};
+      if (!closed && st != session_state::expired) return;
+    }
     close_handle();
     const auto deadline = clock::now() + opts.connect_timeout;
     std::stop_source old_loss;
@@ -501,8 +513,19 @@ struct session_impl {
           post(session_state::expired);
           lk.unlock();
           lost.request_stop();
+          std::optional<clientid_t> given_up;
+          {
+            std::shared_lock hl{handle_mu};
+            if (zh)
+              if (const clientid_t* id = zoo_client_id(zh); id && id->client_id) given_up = *id;
+          }
           close_handle();
           lk.lock();
+          if (given_up) {
+            stale.push_back(*given_up);
+            if (!reaper.joinable()) reaper = std::thread([this] { run_reaper(); });
+            cv.notify_all();
+          }
           reopen_due = opts.reestablish_after_expiry;
           continue;
         }
@@ -559,6 +582,63 @@ struct session_impl {
         for (auto& p : again) pending.push_back(std::move(p));
       }
     }
+  }
+
+  // -- the reaper: close given-up sessions on the server ---------------------------------------
+
+  void run_reaper() {
+    std::unique_lock lk{mu};
+    while (!stop_worker) {
+      if (stale.empty()) {
+        cv.wait(lk, [&] { return stop_worker || !stale.empty(); });
+        continue;
+      }
+      const auto todo = stale;
+      lk.unlock();
+      std::vector<std::int64_t> done;
+      for (const auto& id : todo)
+        if (close_on_server(id)) done.push_back(id.client_id);
+      lk.lock();
+      std::erase_if(stale, [&](const clientid_t& id) {
+        return std::find(done.begin(), done.end(), id.client_id) != done.end();
+      });
+      if (!stale.empty()) cv.wait_for(lk, std::chrono::milliseconds{250}, [&] { return stop_worker; });
+    }
+  }
+
+  struct reap_box {
+    std::mutex m;
+    std::condition_variable c;
+    int state = 0;  // ZOO_CONNECTED_STATE or ZOO_EXPIRED_SESSION_STATE once known
+  };
+
+  static void reap_watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
+    if (type != ZOO_SESSION_EVENT || !ctx) return;
+    if (state != ZOO_CONNECTED_STATE && state != ZOO_EXPIRED_SESSION_STATE) return;
+    auto* b = static_cast<reap_box*>(ctx);
+    {
+      std::lock_guard lk{b->m};
+      b->state = state;
+    }
+    b->c.notify_all();
+  }
+
+  /// Effects: attaches to session `id` and closes it, so that the server deletes its ephemeral
+  /// nodes now. Returns: whether that session is over (closed now, or expired already); false if
+  /// no server answered within a third of the session timeout (try again later).
+  bool close_on_server(const clientid_t& id) {
+    reap_box box;
+    zhandle_t* h = zookeeper_init2(opts.connect.c_str(), &reap_watcher, static_cast<int>(opts.session_timeout.count()),
+                                   &id, &box, 0, &zk_log_line);
+    if (!h) return false;
+    int state;
+    {
+      std::unique_lock l{box.m};
+      box.c.wait_for(l, opts.session_timeout / 3, [&] { return box.state != 0; });
+      state = box.state;
+    }
+    zookeeper_close(h);  // connected: sends closeSession; joins the client's threads either way
+    return state != 0;
   }
 
   /// Returns: false if the outcome is unknown (try again later).
@@ -726,6 +806,7 @@ struct session_impl {
     // From a listener (on the worker), the worker ends by itself once the listener returns; the
     // destructor joins it.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+    if (reaper.joinable() && reaper.get_id() != std::this_thread::get_id()) reaper.join();
     close_handle();
     notify_listeners(session_state::closed);
     std::lock_guard lk{mu};

@@ -132,18 +132,11 @@ std::string from_hex(std::string_view hex) {
   return out;
 }
 
-/// Returns: ZKLOCK_FAULT_SCALE (default 1, clamped to 0.5..10).
-double fault_scale() {
-  const char* s = std::getenv("ZKLOCK_FAULT_SCALE");
-  double v = s && *s ? std::strtod(s, nullptr) : 1.0;
-  if (!(v >= 0.5)) v = v > 0 ? 0.5 : 1.0;
-  return std::min(v, 10.0);
-}
+using zkt::fault_scale;
+using zkt::scaled;
 
-milliseconds scaled(milliseconds d) { return milliseconds{static_cast<std::int64_t>(static_cast<double>(d.count()) * fault_scale())}; }
-
-/// The contenders' session timeout (the private server's tick of 100 ms allows 200..2000 ms).
-milliseconds session_timeout() { return std::min(scaled(1500ms), milliseconds{2000}); }
+/// The contenders' session timeout.
+milliseconds session_timeout() { return scaled(1500ms); }
 
 sockaddr_un unix_address(const std::string& path) {
   sockaddr_un a{};

@@ -60,26 +60,8 @@ constexpr std::string_view child_flag = "--zklock-fault-child";
 
 // ---- timing -------------------------------------------------------------------------------------
 
-/// Returns: ZKLOCK_FAULT_SCALE (default 1.0): the factor for every session timeout and fault duration.
-double fault_scale() {
-  static const double scale = [] {
-    const char* e = std::getenv("ZKLOCK_FAULT_SCALE");
-    if (!e || !*e) return 1.0;
-    char* end = nullptr;
-    const double v = std::strtod(e, &end);
-    if (end == e || *end != '\0' || !(v >= 0.25 && v <= 100.0)) {
-      std::fprintf(stderr, "ZKLOCK_FAULT_SCALE=\"%s\" ignored: want a number in 0.25..100\n", e);
-      return 1.0;
-    }
-    return v;
-  }();
-  return scale;
-}
-
-/// Returns: `d` multiplied by the fault scale.
-milliseconds scaled(milliseconds d) {
-  return milliseconds{static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * fault_scale()))};
-}
+using zkt::fault_scale;
+using zkt::scaled;
 
 long long ms_between(steady_clock::time_point a, steady_clock::time_point b) {
   return std::chrono::duration_cast<milliseconds>(b - a).count();
@@ -731,8 +713,11 @@ TEST(FaultInjection, KilledHolderPassesTheLockAfterTheSessionTimeout) {
   EXPECT_GT(after_kill, 0) << "granted before the holder was killed";
   // The server keeps a killed client's session for its timeout (less at most the ping interval,
   // a third of it): a grant much sooner would mean the lock passed on while the session lived.
-  EXPECT_GE(after_kill, timeout.count() / 3) << "granted long before the holder's session could expire";
-  EXPECT_LE(after_kill, (timeout + scaled(10s)).count()) << "the lock took too long to pass on";
+  // The client pings after a third of the timeout without traffic, so the server heard from it at
+  // most T/3 before the kill and expires it T after that: not before 2T/3 (T/2 leaves room for
+  // the server's tick rounding). And about the session timeout, not much later.
+  EXPECT_GE(after_kill, timeout.count() / 2) << "granted long before the holder's session could expire";
+  EXPECT_LE(after_kill, (timeout + scaled(3s)).count()) << "the lock took too long to pass on";
   EXPECT_GT(m.fencing_token(), held->token);
   m.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
@@ -1014,7 +999,8 @@ TEST(FaultInjection, LeaderKilledDuringContentionPausesGrantsBriefly) {
   report("longest_grant_gap", gap);
   if (first_after != g.end()) report("kill_returned_to_next_grant", ms_between(kill_end, *first_after));
   report("grants", static_cast<long long>(g.size()), "");
-  EXPECT_LE(gap, scaled(10s).count()) << "grants paused too long";
+  // Measured here: 0.45-0.66 s; the issue asks for "about 2 s".
+  EXPECT_LE(gap, scaled(3s).count()) << "grants paused too long";
   for (auto& sp : sessions) EXPECT_EQ(sp->generation(), 1u) << "a session was lost";
   raw_client observer{zk.connect()};
   EXPECT_TRUE(children_retry(observer, path).empty());
@@ -1050,9 +1036,10 @@ TEST(FaultInjection, QuorumLostLongerThanTheTimeoutLosesTheLockAndLeavesNoStaleN
   EXPECT_FALSE(m.still_owned());
   m.unlock();  // quiet on a lost hold
 
-  // A new leader gives every session a fresh timeout: the stale node goes when the given-up
-  // session times out.
-  const auto until = recovered_at + timeout + scaled(20s);
+  // A new leader gives every session a fresh timeout, so the given-up session would live (and its
+  // node block the queue) for a whole timeout after the recovery: zklock closes it on the server
+  // as soon as a member answers again, well before that.
+  const auto until = recovered_at + timeout / 2;
   bool gone = false;
   while (!gone && steady_clock::now() < until) {
     const auto now_kids = children_retry(observer, path);

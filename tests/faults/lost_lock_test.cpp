@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The lost-lock signal: lost_token() fires when ownership can no longer be guaranteed (expiry,
 // a disconnection longer than the loss tolerance, our node deleted by someone else), and only then.
-// Each test runs its own server, since some pause it.
+// Each test runs its own server, since some pause it. Timeouts are scaled by ZKLOCK_FAULT_SCALE.
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 #include "zk_test.hpp"
 
 namespace {
@@ -45,8 +46,10 @@ class loss_probe {
   std::stop_callback<fire> cb_;  // last: may fire while constructed
 };
 
+using zkt::scaled;
+
 zklock::session_options opts(std::chrono::milliseconds timeout, bool reestablish = true) {
-  auto o = zkt::options(timeout);
+  auto o = zkt::options(scaled(timeout));
   o.reestablish_after_expiry = reestablish;
   return o;
 }
@@ -60,12 +63,12 @@ TEST(LostLock, ExpiryFiresTheTokenAndAnotherClientAcquires) {
   loss_probe probe{m.lost_token()};
   EXPECT_TRUE(m.still_owned());
   ASSERT_TRUE(zkt::expire(holder_s));
-  ASSERT_TRUE(probe.wait(30s));
+  ASSERT_TRUE(probe.wait(scaled(30s)));
   EXPECT_FALSE(m.still_owned());
   EXPECT_NO_THROW(m.unlock());  // safe and quiet on a lost lock
   zklock::session other{opts(2000ms)};
   zklock::mutex m2{other, path};
-  EXPECT_TRUE(m2.try_lock_for(30s));
+  EXPECT_TRUE(m2.try_lock_for(scaled(30s)));
   m2.unlock();
 }
 
@@ -80,11 +83,11 @@ TEST(LostLock, NodeDeletedBySomeoneElseFiresTheToken) {
   ASSERT_EQ(kids.size(), 1u);
   EXPECT_FALSE(probe.fired());
   ASSERT_TRUE(zkt::remove(path + "/" + kids[0]));
-  ASSERT_TRUE(probe.wait(30s));
+  ASSERT_TRUE(probe.wait(scaled(30s)));
   EXPECT_FALSE(m.still_owned());
   EXPECT_NO_THROW(m.unlock());
   EXPECT_EQ(s.state(), zklock::session_state::connected);  // the session itself is fine
-  EXPECT_TRUE(m.try_lock_for(30s));
+  EXPECT_TRUE(m.try_lock_for(scaled(30s)));
   m.unlock();
 }
 
@@ -111,7 +114,7 @@ TEST(LostLock, ServerPausedLongerThanToleranceIsReportedLocallyBeforeItReturns) 
   m.lock();
   loss_probe probe{m.lost_token()};
   zk.pause();
-  const bool fired_while_paused = probe.wait(30s);
+  const bool fired_while_paused = probe.wait(scaled(30s));
   zk.resume();
   ASSERT_TRUE(fired_while_paused);
   EXPECT_FALSE(m.still_owned());
@@ -120,32 +123,94 @@ TEST(LostLock, ServerPausedLongerThanToleranceIsReportedLocallyBeforeItReturns) 
   // client acquires.
   zklock::session other{opts(3000ms)};
   zklock::mutex m2{other, path};
-  EXPECT_TRUE(m2.try_lock_for(30s));
+  EXPECT_TRUE(m2.try_lock_for(scaled(30s)));
   m2.unlock();
-  EXPECT_TRUE(s.wait_for(zklock::session_state::connected, 30s));  // re-established by itself
+  EXPECT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));  // re-established by itself
   EXPECT_EQ(s.generation(), 2u);
 }
 
+// A server stall long enough for the client to notice (it suspends at 2/3 of the timeout) but
+// shorter than the loss tolerance (default: a quarter of the timeout more) keeps everything: the
+// same session, the same node and token, no loss signalled, and listeners see suspended, then
+// connected. The server is resumed as soon as the session reports suspended (no fixed sleep).
 TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
   zkt::private_server zk;
   const auto path = zkt::unique_path("lost-short-pause");
+  std::mutex mu;  // before the session: its destructor still tells the listener "closed"
+  std::vector<zklock::session_state> seen;
   zklock::session s{opts(6000ms)};
+  s.add_state_listener([&](zklock::session_state st) {
+    std::lock_guard lk{mu};
+    seen.push_back(st);
+  });
   zklock::mutex m{s, path};
   m.lock();
   loss_probe probe{m.lost_token()};
   const auto id = s.id();
+  const auto token = m.fencing_token();
+  const auto node = zkt::children(path);
+  ASSERT_EQ(node.size(), 1u);
   zk.pause();
-  std::this_thread::sleep_for(2500ms);  // the fault's duration (well under 2/3 of the timeout)
+  const bool suspended = s.wait_for(zklock::session_state::suspended, scaled(30s));
   zk.resume();
-  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, 30s));
-  // A round trip proves the session works again; our node is still there and ours.
-  EXPECT_EQ(zkt::children(path).size(), 1u);
+  ASSERT_TRUE(suspended) << "the client never noticed the stalled server";
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));
+  EXPECT_EQ(zkt::children(path), node) << "our node changed";
   EXPECT_EQ(s.id(), id);
   EXPECT_EQ(s.generation(), 1u);
-  EXPECT_FALSE(probe.fired());
+  EXPECT_FALSE(probe.fired()) << "a stall shorter than the tolerance was reported as a loss";
   EXPECT_TRUE(m.still_owned());
+  EXPECT_EQ(m.fencing_token(), token);
   m.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
+  std::lock_guard lk{mu};
+  ASSERT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen[0], zklock::session_state::suspended);
+  EXPECT_EQ(seen[1], zklock::session_state::connected);
+  for (auto st : seen) EXPECT_NE(st, zklock::session_state::expired);
+}
+
+// still_owned() alone (without lost_token()) sees our node deleted by someone else.
+TEST(LostLock, StillOwnedAloneSeesADeletion) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-still-owned");
+  zklock::session s{opts(4000ms)};
+  zklock::mutex m{s, path};
+  m.lock();
+  ASSERT_TRUE(m.still_owned());
+  const auto kids = zkt::children(path);
+  ASSERT_EQ(kids.size(), 1u);
+  ASSERT_TRUE(zkt::remove(path + "/" + kids[0]));
+  const auto limit = std::chrono::steady_clock::now() + scaled(30s);
+  while (m.still_owned() && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+  EXPECT_FALSE(m.still_owned()) << "the deletion was never noticed";
+  m.unlock();
+}
+
+// A semaphore lease has the same loss signal: its node deleted by someone else, or its session
+// expired, fires the token of the lease (the most recent one, which release() returns next).
+TEST(LostLock, SemaphoreLeasesHaveALossSignal) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-sem");
+  zklock::session s{opts(2000ms)};
+  zklock::counting_semaphore sem{s, path, 2};
+  EXPECT_THROW((void)sem.lost_token(), std::system_error);
+  EXPECT_FALSE(sem.still_owned());
+  sem.acquire();
+  loss_probe first{sem.lost_token()};
+  EXPECT_TRUE(sem.still_owned());
+  const auto kids = zkt::children(path);
+  ASSERT_EQ(kids.size(), 1u);
+  ASSERT_TRUE(zkt::remove(path + "/" + kids[0]));
+  ASSERT_TRUE(first.wait(scaled(30s)));
+  EXPECT_FALSE(sem.still_owned());
+  sem.release();  // a lost lease: quiet
+  sem.acquire();
+  loss_probe second{sem.lost_token()};
+  EXPECT_FALSE(second.fired()) << "a new lease inherited the old loss";
+  ASSERT_TRUE(zkt::expire(s));
+  ASSERT_TRUE(second.wait(scaled(30s)));
+  sem.release();
 }
 
 TEST(LostLock, SharedMutexAndNotHeld) {
@@ -157,7 +222,7 @@ TEST(LostLock, SharedMutexAndNotHeld) {
   rw.lock_shared();
   loss_probe probe{rw.lost_token()};
   ASSERT_TRUE(zkt::expire(s));
-  ASSERT_TRUE(probe.wait(30s));
+  ASSERT_TRUE(probe.wait(scaled(30s)));
   EXPECT_FALSE(rw.still_owned());
   rw.unlock_shared();
 }
@@ -198,7 +263,7 @@ TEST(LostLock, BlockingStopCallbackDoesNotStallTheEventThread) {
   zklock::mutex waiter{s, busy_path};
   holder.lock();
   std::jthread t{[&] {
-    const bool got = waiter.try_lock_for(30s);
+    const bool got = waiter.try_lock_for(scaled(30s));
     EXPECT_TRUE(got);
     if (got) waiter.unlock();
   }};
@@ -226,10 +291,10 @@ TEST(LostLock, ReentryOnALostHoldThrowsLockLost) {
   m.lock();
   loss_probe probe{m.lost_token()};
   ASSERT_TRUE(zkt::expire(s));
-  ASSERT_TRUE(probe.wait(30s));
+  ASSERT_TRUE(probe.wait(scaled(30s)));
   zklock::session other_s{opts(2000ms)};
   zklock::mutex other{other_s, path};
-  ASSERT_TRUE(other.try_lock_for(30s));
+  ASSERT_TRUE(other.try_lock_for(scaled(30s)));
   try {
     m.lock();
     ADD_FAILURE() << "re-entered a lost hold while another client holds the lock";
@@ -239,7 +304,7 @@ TEST(LostLock, ReentryOnALostHoldThrowsLockLost) {
   }
   m.unlock();  // the outer hold: quiet, and the object is usable again
   other.unlock();
-  EXPECT_TRUE(m.try_lock_for(30s));
+  EXPECT_TRUE(m.try_lock_for(scaled(30s)));
   m.unlock();
 }
 

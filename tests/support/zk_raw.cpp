@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +27,30 @@
 #include <zookeeper/zookeeper.h>
 
 #include "zk_test.hpp"
+
+namespace zkt {
+
+double fault_scale() {
+  static const double scale = [] {
+    const char* e = std::getenv("ZKLOCK_FAULT_SCALE");
+    if (!e || !*e) return 1.0;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(v >= 0.25 && v <= 100.0)) {
+      std::fprintf(stderr, "ZKLOCK_FAULT_SCALE=\"%s\" ignored: want a number in 0.25..100\n", e);
+      return 1.0;
+    }
+    return v;
+  }();
+  return scale;
+}
+
+std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
+  return std::chrono::milliseconds{
+      static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * fault_scale()))};
+}
+
+}  // namespace zkt
 
 namespace zkt {
 namespace {

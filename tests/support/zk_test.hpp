@@ -38,6 +38,13 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit = std::chrono::s
 /// Returns: the answer of a four-letter word, e.g. "wchp".
 std::string four_letter(std::string_view word);
 
+/// Returns: ZKLOCK_FAULT_SCALE (default 1.0; a number in 0.25..100, else 1.0 with a warning): the
+/// factor for every session timeout, fault duration and bound of the fault tests (slow machines).
+double fault_scale();
+
+/// Returns: `d` multiplied by fault_scale().
+std::chrono::milliseconds scaled(std::chrono::milliseconds d);
+
 /// Returns: session options for tests: ZKLOCK_TEST_ZK, short timeouts.
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
 
