@@ -39,13 +39,12 @@ struct write_rule {
   }
 };
 
-/// Read side: held iff no writer precedes us, or the caller holds the write side (downgrade).
+/// Read side: held iff no writer precedes us. (A write holder taking the read side never asks this
+/// rule: its read hold shares its write node.)
 struct read_rule {
   static constexpr contender_kind own = contender_kind::read;
   static constexpr unsigned kinds = kind_bit(contender_kind::read) | kind_bit(contender_kind::write);
-  bool holds_write_side = false;
   verdict operator()(std::span<const contender> q, std::size_t self) const noexcept {
-    if (holds_write_side) return {true};
     for (std::size_t i = self; i-- > 0;)
       if (q[i].kind == contender_kind::write) return {false, verdict::watch::node, i};
     return {true};
