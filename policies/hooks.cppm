@@ -17,6 +17,7 @@ module;
 #include <concepts>
 #include <cstddef>
 #include <string_view>
+#include <type_traits>
 export module zklock:hooks;
 
 export namespace zklock {

@@ -14,6 +14,7 @@
 // No policy costs a ZooKeeper request for a re-entry.
 module;
 #include <concepts>
+#include <type_traits>
 export module zklock:reentrancy;
 
 export namespace zklock {

@@ -11,6 +11,7 @@ module;
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <type_traits>
 export module zklock:timeout;
 
 export namespace zklock {

@@ -16,6 +16,7 @@ module;
 #include <condition_variable>
 #include <mutex>
 #include <semaphore>
+#include <type_traits>
 export module zklock:wakeup;
 import :detail;
 

@@ -10,6 +10,7 @@
 //                      Only for very short queues, or to compare.
 module;
 #include <concepts>
+#include <type_traits>
 export module zklock:watch;
 
 export namespace zklock {
