@@ -17,6 +17,7 @@ static_assert(static_cast<int>(errc::session_expired) == ZSESSIONEXPIRED);
 static_assert(static_cast<int>(errc::throttled_op) == ZTHROTTLEDOP);
 static_assert(static_cast<int>(errc::session_closed_requires_sasl_auth) == ZSESSIONCLOSEDREQUIRESASLAUTH);
 
+// Returns: the message of a ZooKeeper return code, or nullptr for a number the C client lacks.
 const char* zookeeper_message(int rc) noexcept {
   switch (rc) {
     case ZOK: return "ok";
@@ -56,10 +57,12 @@ const char* zookeeper_message(int rc) noexcept {
   }
 }
 
+// The "zklock" category: one object, returned by error_category().
 class category final : public std::error_category {
  public:
   const char* name() const noexcept override { return "zklock"; }
 
+  // Returns: zklock's own message, the ZooKeeper one with its number, or "unknown zklock error N".
   std::string message(int v) const override {
     switch (static_cast<errc>(v)) {
       case errc::connect_timeout: return "session not established within connect_timeout";
@@ -75,6 +78,9 @@ class category final : public std::error_category {
     return "unknown zklock error " + std::to_string(v);
   }
 
+  // Returns: the portable std::errc condition a code stands for (so that, e.g., lock_timeout
+  // compares equal to std::errc::timed_out), or {v, *this} if there is none. Keep the list in
+  // errors.cppm's comment on error_category() in step.
   std::error_condition default_error_condition(int v) const noexcept override {
     switch (static_cast<errc>(v)) {
       case errc::operation_timeout:

@@ -11,55 +11,60 @@ export namespace zklock {
 /// the same numbers; positive values are zklock's own.
 enum class errc : int {
   // ZooKeeper return codes
-  system_error = -1,
-  runtime_inconsistency = -2,
-  data_inconsistency = -3,
-  connection_loss = -4,
-  marshalling_error = -5,
-  unimplemented = -6,
-  operation_timeout = -7,
-  bad_arguments = -8,
-  invalid_state = -9,
-  new_config_no_quorum = -13,
-  reconfig_in_progress = -14,
-  ssl_connection_error = -15,
-  api_error = -100,
-  no_node = -101,
-  no_auth = -102,
-  bad_version = -103,
-  no_children_for_ephemerals = -108,
-  node_exists = -110,
-  not_empty = -111,
-  session_expired = -112,
-  invalid_callback = -113,
-  invalid_acl = -114,
-  auth_failed = -115,
-  closing = -116,
-  nothing = -117,
-  session_moved = -118,
-  not_read_only = -119,
-  ephemeral_on_local_session = -120,
-  no_watcher = -121,
-  reconfig_disabled = -123,
-  session_closed_requires_sasl_auth = -124,
-  throttled_op = -127,
+  system_error = -1,            ///< a system call inside the C client failed
+  runtime_inconsistency = -2,   ///< the client found its own state inconsistent (a bug)
+  data_inconsistency = -3,      ///< the client found inconsistent data (a bug)
+  connection_loss = -4,         ///< the connection dropped; the request's outcome is unknown
+  marshalling_error = -5,       ///< a request or reply could not be encoded or decoded
+  unimplemented = -6,           ///< the server does not implement the operation (too old a server)
+  operation_timeout = -7,       ///< no answer before the deadline (e.g. still disconnected)
+  bad_arguments = -8,           ///< the client refused the arguments of a request
+  invalid_state = -9,           ///< the client handle is unusable: its session expired or was closed
+  new_config_no_quorum = -13,   ///< reconfig: no quorum of the new configuration is connected
+  reconfig_in_progress = -14,   ///< reconfig: another reconfiguration is still running
+  ssl_connection_error = -15,   ///< the TLS connection to the server failed
+  api_error = -100,             ///< an unspecified server-side API error
+  no_node = -101,               ///< the node does not exist
+  no_auth = -102,               ///< the node's ACL denies this session the operation
+  bad_version = -103,           ///< the node's version is not the one the request expected
+  no_children_for_ephemerals = -108,  ///< a node was to be created under an ephemeral node
+  node_exists = -110,           ///< the node to be created exists already
+  not_empty = -111,             ///< the node to be deleted has children
+  session_expired = -112,       ///< the session ended: the server deleted its nodes, its locks are lost
+  invalid_callback = -113,      ///< the client was given an invalid callback
+  invalid_acl = -114,           ///< the ACL of a create is malformed or empty
+  auth_failed = -115,           ///< the server refused the session's credentials
+  closing = -116,               ///< the client handle is being closed
+  nothing = -117,               ///< the client had no server replies to process (internal)
+  session_moved = -118,         ///< the session moved to another server; this connection is stale
+  not_read_only = -119,         ///< a write was sent to a server in read-only mode
+  ephemeral_on_local_session = -120,  ///< an ephemeral node was asked for on a local session
+  no_watcher = -121,            ///< the watch to remove is not registered
+  reconfig_disabled = -123,     ///< dynamic reconfiguration is turned off on the server
+  session_closed_requires_sasl_auth = -124,  ///< the server closed the session: it demands SASL
+  throttled_op = -127,          ///< the server is overloaded and refused the request; retry later
   // zklock's own
-  connect_timeout = 1,     ///< the session was not established within connect_timeout
+  connect_timeout = 1,     ///< the session (with its auth) was not established within connect_timeout
   chroot_missing = 2,      ///< the connect string's chroot node does not exist
   session_closed = 3,      ///< the session object was closed
-  lock_timeout = 4,        ///< a blocking acquire hit the timeout policy's bound
-  lock_lost = 5,           ///< our contender node vanished while we waited or held
-  not_held = 6,            ///< the operation needs a held lock
+  lock_timeout = 4,        ///< a blocking lock() / acquire() hit the timeout policy's bound
+  lock_lost = 5,           ///< our contender node was deleted by someone else while we waited, or
+                           ///< the caller locks again while its earlier hold is lost (unlock first)
+  not_held = 6,            ///< the operation needs a hold (or lease) of the caller, and there is none
   lease_count_mismatch = 7 ///< a semaphore was opened with another lease count than stored
 };
 
-/// The "zklock" error category. Returns: a reference to the one category object.
+/// Returns: the one "zklock" category object. Its codes match these std::errc conditions:
+/// timed_out (operation_timeout, connect_timeout, lock_timeout), not_connected (connection_loss),
+/// invalid_argument (bad_arguments), permission_denied (no_auth, auth_failed),
+/// no_such_file_or_directory (no_node), file_exists (node_exists); other codes none of std::errc.
 const std::error_category& error_category() noexcept;
 
 /// Returns: {e, error_category()}; found by ADL so that std::error_code{errc::...} works.
 inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), error_category()}; }
 
-/// Returns: the error_condition for e (maps, e.g., operation_timeout to std::errc::timed_out).
+/// Returns: {e, error_category()}, a condition matched only by codes of the same enumerator. Never
+/// used implicitly (errc is no error-condition enum); to test for timed_out etc., use std::errc.
 inline std::error_condition make_error_condition(errc e) noexcept {
   return {static_cast<int>(e), error_category()};
 }
@@ -69,4 +74,6 @@ inline std::error_condition make_error_condition(errc e) noexcept {
 
 }  // namespace zklock
 
+/// Makes zklock::errc convert implicitly to std::error_code (through make_error_code), so that
+/// `ec == zklock::errc::lock_timeout` and `std::error_code ec = zklock::errc::no_node;` work.
 export template <> struct std::is_error_code_enum<zklock::errc> : std::true_type {};

@@ -12,12 +12,18 @@ export module zklock:session;
 
 export namespace zklock {
 
-/// Where a session is. `suspended`: it was connected and lost the connection; the session (and its
-/// locks) may still be alive. `expired`: the server ended it, or zklock gave it up after a
-/// suspension longer than session_options::loss_tolerance; everything it held is lost.
-enum class session_state { connecting, connected, suspended, expired, closed };
+/// Where a session is.
+enum class session_state {
+  connecting,  ///< a handle is being opened (first connect, or re-establishment after expiry)
+  connected,   ///< the session is established and the connection is up
+  suspended,   ///< it was connected and lost the connection; the session (and its locks) may
+               ///< still be alive
+  expired,     ///< the server ended it, or zklock gave it up after a suspension longer than
+               ///< session_options::loss_tolerance; everything it held is lost
+  closed       ///< close() was called (or the destructor ran); every operation now fails
+};
 
-/// Returns: the state's name, e.g. "connected".
+/// Returns: the state's name, e.g. "connected" ("unknown" for a value outside the enum).
 const char* to_string(session_state s) noexcept;
 
 /// Credentials sent with ZooKeeper's `addauth`.
@@ -26,7 +32,8 @@ struct auth_info {
   std::string credential;  ///< e.g. "user:password"
 };
 
-/// Returns: digest credentials. Throws: std::invalid_argument if user is empty or contains ':'.
+/// Returns: digest credentials, {"digest", "user:password"}.
+/// Throws: std::invalid_argument if user is empty or contains ':'.
 auth_info digest(std::string_view user, std::string_view password);
 
 /// How to open a session.
@@ -51,12 +58,13 @@ struct session_options {
   bool background_release = false;
 };
 
-/// Receives one line of the ZooKeeper C client's log. Called on the client's threads.
+/// Receives one line of the ZooKeeper C client's log. Called on the client's threads, so it must
+/// be thread-safe.
 using log_handler = std::function<void(std::string_view line)>;
 
 /// Effects: routes the C client's log of every session to h (an empty function = silent, the default).
 /// Also sets the C client's process-wide log level, here and whenever a session opens a handle:
-/// off without a handler (nothing is even formatted), INFO with one.
+/// off without a handler (nothing is even formatted), INFO with one. Thread-safe.
 void set_log_handler(log_handler h);
 
 /// Receives every state change of a session, in order, on the session's own thread (never
@@ -64,21 +72,26 @@ void set_log_handler(log_handler h);
 /// remove listeners, or close the session.
 using state_listener = std::function<void(session_state)>;
 
-namespace detail { struct session_impl; }
+namespace detail {
+/// The state behind a session (defined in session.cpp); not for users.
+struct session_impl;
+}  // namespace detail
 
 /// One ZooKeeper session. Thread-safe; lock objects keep a reference to it, so it must outlive them.
 class session {
  public:
   /// Effects: connects to `connect` with default options. Returns: once the session is established.
-  /// Throws: std::invalid_argument for a malformed connect string; std::system_error (zklock
-  /// category) for connect_timeout, chroot_missing, auth_failed.
+  /// Throws: std::invalid_argument for a malformed connect string; std::system_error: zklock
+  /// category for connect_timeout or chroot_missing; generic category if the C client refuses it.
   explicit session(std::string_view connect);
 
-  /// Effects: connects as `options` say. Throws: as above, and std::invalid_argument for
-  /// non-positive timeouts.
+  /// Effects: connects as `options` say, then sends `options.auth` if any. Returns: once the
+  /// session is established and authenticated. Throws: as above; std::invalid_argument for
+  /// non-positive timeouts, a session_timeout over 24 h or an empty auth scheme; auth_failed (or
+  /// the server's code) if the credentials are refused.
   explicit session(session_options options);
 
-  /// Effects: closes the session; the server deletes its ephemeral nodes at once.
+  /// Effects: close(). Never throws.
   ~session();
 
   session(const session&) = delete;
@@ -87,43 +100,50 @@ class session {
   /// Returns: the current state.
   session_state state() const noexcept;
 
-  /// Returns: the server's id of the current session (changes when a new handle replaces an expired one).
+  /// Returns: the server's id of the current session (changes when a new handle replaces an expired
+  /// one; 0 while a new handle is connecting).
   std::int64_t id() const noexcept;
 
   /// Returns: how many handles this object has opened (1 until an expired session is re-established).
   std::uint64_t generation() const noexcept;
 
-  /// Returns: the session timeout the server granted.
+  /// Returns: the session timeout the server granted (to the current handle).
   std::chrono::milliseconds negotiated_timeout() const noexcept;
 
-  /// Effects: calls `l` on every later state change. Returns: an id for remove_state_listener.
+  /// Effects: calls `l` on every later state change (see state_listener); may be called from a
+  /// listener. Returns: an id for remove_state_listener.
   std::uint64_t add_state_listener(state_listener l);
 
-  /// Effects: stops calling the listener; waits if it is running on another thread right now.
+  /// Effects: stops calling the listener `id` (unknown ids are ignored); waits if a listener is
+  /// running on another thread right now. May be called from a listener. Never throws.
   void remove_state_listener(std::uint64_t id) noexcept;
 
-  /// Effects: waits until the state is `s` or `timeout` passes. Returns: whether the state is `s`.
+  /// Effects: blocks until the state is `s` or `timeout` passes. Returns: whether the state is `s`.
   bool wait_for(session_state s, std::chrono::milliseconds timeout) const;
 
   /// Effects: one round trip: returns once the server has served every request this session sent
   /// before the call (a session's requests are served in order), including deletes sent by
   /// background_release. Waits through a disconnection for up to connect_timeout.
-  /// Throws: std::system_error: session_expired / session_closed, or operation_timeout if still
-  /// disconnected after connect_timeout.
+  /// Throws: std::system_error: session_expired / session_closed, operation_timeout if still
+  /// disconnected after connect_timeout, or the server's code if it refuses the request.
   void flush();
 
-  /// Effects: after expiry, opens a new handle now (also done by itself when
-  /// reestablish_after_expiry is set); does nothing while the session is alive.
-  /// Throws: std::system_error if the new session cannot be established within connect_timeout.
+  /// Effects: after expiry, opens a new handle now and waits until it is established (also done by
+  /// itself when reestablish_after_expiry is set); does nothing unless the state is `expired`.
+  /// Throws: std::system_error: session_closed after close(); as the constructor (connect_timeout,
+  /// auth_failed, chroot_missing) if the new session cannot be established; the state is then `expired`.
   void reestablish();
 
-  /// Effects: closes the handle; later operations fail with errc::session_closed. Idempotent.
+  /// Effects: closes the handle (if connected, the server deletes the session's nodes at once; else
+  /// they go when the session times out). Blocked lock calls wake and throw errc::session_closed,
+  /// as do later operations; lost_token()s fire; listeners get `closed` on this thread.
+  /// Idempotent; never throws.
   void close() noexcept;
 
   /// Returns: the options this session was opened with.
   const session_options& options() const noexcept;
 
-  /// For zklock's own implementation.
+  /// Returns: the implementation (for zklock's own use only).
   detail::session_impl& impl() const noexcept { return *impl_; }
 
  private:

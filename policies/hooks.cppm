@@ -17,6 +17,7 @@ module;
 #include <concepts>
 #include <cstddef>
 #include <string_view>
+#include <type_traits>
 export module zklock:hooks;
 
 export namespace zklock {
@@ -37,7 +38,8 @@ struct release_stats {
   std::chrono::steady_clock::duration held{};  ///< from the grant to the release
 };
 
-/// Observability hooks: a stateless type that says whether it is enabled and takes the reports.
+/// Observability hooks: an empty type with a static `enabled` (false compiles every measurement
+/// out) and static noexcept on_acquire(const acquire_stats&) and on_release(const release_stats&).
 template <class P>
 concept Hooks = std::is_empty_v<P> && requires(const acquire_stats& a, const release_stats& r) {
   { P::enabled } -> std::convertible_to<bool>;
@@ -47,8 +49,11 @@ concept Hooks = std::is_empty_v<P> && requires(const acquire_stats& a, const rel
 
 /// No observability, no cost (the default).
 struct no_hooks {
+  /// Off: locks measure nothing and never call the functions below.
   static constexpr bool enabled = false;
+  /// Effects: none.
   static void on_acquire(const acquire_stats&) noexcept {}
+  /// Effects: none.
   static void on_release(const release_stats&) noexcept {}
 };
 

@@ -14,11 +14,13 @@
 // No policy costs a ZooKeeper request for a re-entry.
 module;
 #include <concepts>
+#include <type_traits>
 export module zklock:reentrancy;
 
 export namespace zklock {
 
-/// A reentrancy policy: whether re-locking counts, and whether ownership is per thread.
+/// A reentrancy policy: an empty type with static `reentrant` (whether locking a held lock again
+/// counts) and `per_thread` (whether each thread owns its own hold, or the lock object owns one).
 template <class P>
 concept ReentrancyPolicy = std::is_empty_v<P> && requires {
   { P::reentrant } -> std::convertible_to<bool>;
@@ -27,19 +29,25 @@ concept ReentrancyPolicy = std::is_empty_v<P> && requires {
 
 /// Not re-entrant; re-locking from the holder throws (see the banner).
 struct reentrancy_none {
+  /// Locking again while holding throws resource_deadlock_would_occur.
   static constexpr bool reentrant = false;
+  /// The locking thread owns the hold.
   static constexpr bool per_thread = true;
 };
 
 /// Re-entrant per thread (see the banner).
 struct reentrancy_per_thread {
+  /// Locking again while holding counts; each lock needs its unlock.
   static constexpr bool reentrant = true;
+  /// The locking thread owns the hold.
   static constexpr bool per_thread = true;
 };
 
 /// Re-entrant, owned by the lock object; any thread may release (see the banner).
 struct reentrancy_counted_owner {
+  /// Locking again while held counts, from any thread; each lock needs its unlock.
   static constexpr bool reentrant = true;
+  /// The lock object owns the hold, not a thread.
   static constexpr bool per_thread = false;
 };
 

@@ -11,11 +11,13 @@ module;
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <type_traits>
 export module zklock:timeout;
 
 export namespace zklock {
 
-/// A timeout policy: maps "now" to the deadline of a blocking lock().
+/// A timeout policy: an empty type whose static lock_deadline(now) gives the deadline of a blocking
+/// lock() / acquire() called at `now`.
 template <class P>
 concept TimeoutPolicy = std::is_empty_v<P> && requires(std::chrono::steady_clock::time_point now) {
   { P::lock_deadline(now) } -> std::same_as<std::chrono::steady_clock::time_point>;
@@ -23,7 +25,7 @@ concept TimeoutPolicy = std::is_empty_v<P> && requires(std::chrono::steady_clock
 
 /// lock() waits forever (see the banner).
 struct timeout_forever {
-  /// Returns: time_point::max(), i.e. no deadline.
+  /// Returns: time_point::max(), i.e. no deadline. Never throws.
   static std::chrono::steady_clock::time_point lock_deadline(std::chrono::steady_clock::time_point) {
     return std::chrono::steady_clock::time_point::max();
   }
@@ -33,7 +35,7 @@ struct timeout_forever {
 template <std::int64_t Ms>
   requires(Ms > 0)
 struct timeout_throw_after {
-  /// Returns: now + Ms.
+  /// Returns: now + Ms milliseconds. Never throws.
   static std::chrono::steady_clock::time_point lock_deadline(std::chrono::steady_clock::time_point now) {
     return now + std::chrono::milliseconds{Ms};
   }

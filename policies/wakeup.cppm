@@ -16,13 +16,15 @@ module;
 #include <condition_variable>
 #include <mutex>
 #include <semaphore>
+#include <type_traits>
 export module zklock:wakeup;
 import :detail;
 
 export namespace zklock {
 
-/// A wakeup policy: names a waiter type that a watch can wake, and whether a fresh one is needed
-/// for every wait.
+/// A wakeup policy: an empty type naming a default-constructible `waiter` (a detail::wake_target
+/// with reset() and bool wait_until(deadline)) and a static `fresh_per_wait`: whether each wait
+/// gets a new waiter instead of a reset one.
 template <class P>
 concept WakeupPolicy =
     std::is_empty_v<P> && std::derived_from<typename P::waiter, detail::wake_target> &&
@@ -35,11 +37,14 @@ concept WakeupPolicy =
 
 /// Condition-variable wake-up (see the banner).
 struct wake_condition_variable {
+  /// One waiter per acquire attempt, reset before each wait.
   static constexpr bool fresh_per_wait = false;
 
+  /// A flag guarded by a mutex, and a condition variable to wait for it.
   class waiter final : public detail::wake_target {
    public:
-    /// Effects: marks the waiter woken and notifies it. Never blocks for long.
+    /// Effects: sets the flag and notifies the waiting thread; called by the watch (or when the
+    /// session ends). Never blocks for long; never throws.
     void wake() noexcept override {
       {
         std::lock_guard lk{m_};
@@ -47,12 +52,13 @@ struct wake_condition_variable {
       }
       cv_.notify_one();
     }
-    /// Effects: forgets earlier wake-ups.
+    /// Effects: clears the flag: wake-ups before this call no longer count.
     void reset() {
       std::lock_guard lk{m_};
       fired_ = false;
     }
-    /// Effects: waits until woken or `d`. Returns: whether it was woken.
+    /// Effects: blocks until the flag is set or `d` passes (time_point::max(): no deadline).
+    /// Returns: whether it was woken. The flag stays set until reset().
     bool wait_until(std::chrono::steady_clock::time_point d) {
       std::unique_lock lk{m_};
       if (d == std::chrono::steady_clock::time_point::max()) {
@@ -71,17 +77,21 @@ struct wake_condition_variable {
 
 /// One-shot latch wake-up (see the banner).
 struct wake_latch {
+  /// A new waiter for every wait.
   static constexpr bool fresh_per_wait = true;
 
+  /// A one-shot latch: a binary semaphore released at most once.
   class waiter final : public detail::wake_target {
    public:
-    /// Effects: opens the latch (once; later calls do nothing).
+    /// Effects: opens the latch (once; later calls do nothing); called by the watch (or when the
+    /// session ends). Never blocks; never throws.
     void wake() noexcept override {
       if (!open_.exchange(true, std::memory_order_acq_rel)) sem_.release();
     }
-    /// Effects: none: a latch is used for one wait only.
+    /// Effects: none (a latch serves one wait; the engine makes a new one instead).
     void reset() {}
-    /// Effects: waits until the latch opens or `d`. Returns: whether it opened.
+    /// Effects: blocks until the latch opens or `d` passes (time_point::max(): no deadline).
+    /// Returns: whether it opened. Call it once: a second call after an opening waits again.
     bool wait_until(std::chrono::steady_clock::time_point d) {
       if (d == std::chrono::steady_clock::time_point::max()) {
         sem_.acquire();

@@ -39,7 +39,6 @@ TEST(ModeRules, ReadersOverlapUntilAWriter) {
   const auto v = read_rule{}(q, 4);
   EXPECT_FALSE(v.held);
   EXPECT_EQ(v.index, 2u);  // the nearest writer ahead, not the reader just ahead
-  EXPECT_TRUE(read_rule{true}(q, 4).held);  // the caller holds the write side: downgrade
 }
 
 TEST(ModeRules, WriterHeldIffFirst) {
