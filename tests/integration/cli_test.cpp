@@ -286,8 +286,8 @@ TEST(CliHelp, HelpPrintsUsageAndExitCodes) {
     zklock_run r{args};
     ASSERT_EQ(run(r), 0) << args.front();
     const auto out = r.out();
-    for (const char* want : {"Usage:", "zklock exec", "zklock ls", "zklock wait", "--timeout", "--shared", "--permits",
-                             "--connect", "--kill-signal", "--grace", "ZOOKEEPER_HOSTS", "ZKLOCK_FENCING_TOKEN", "69",
+    for (const char* want : {"Usage:", "zklock exec", "zklock ls", "zklock wait", "--timeout", "--shared", "--write",
+                             "--mutex", "--permits", "--connect", "--kill-signal", "--grace", "ZOOKEEPER_HOSTS", "ZKLOCK_FENCING_TOKEN", "69",
                              "75", "124", "125", "126", "127"})
       EXPECT_NE(out.find(want), std::string::npos) << "help lacks " << want;
   }
@@ -315,7 +315,7 @@ TEST(CliExec, RunsCommandWithTokenAndPassesItsExitCode) {
 }
 
 TEST(CliExec, EveryModeGivesCommandAToken) {
-  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--permits", "2"}}) {
+  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--mutex"}, {"--permits", "2"}}) {
     const auto path = zkt::unique_path("cli-modes");
     std::vector<std::string> args{"exec", "--connect", zkt::connect()};
     args.insert(args.end(), mode.begin(), mode.end());
@@ -483,7 +483,8 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   ASSERT_EQ(second.size(), 8u) << rows[2];
   EXPECT_EQ(first[0], "1");
   EXPECT_EQ(first[1], "holder");
-  EXPECT_EQ(first[2], "lock");
+  EXPECT_EQ(first[2], "write") << "a plain exec takes the write side of a read/write lock";
+  EXPECT_NE(first[7].find("-__WRIT__"), std::string::npos) << first[7];
   EXPECT_EQ(first[3], std::to_string(token));
   EXPECT_EQ(first[4], hostname());
   EXPECT_EQ(first[5], std::to_string(h.run.pid()));
@@ -499,7 +500,7 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   ASSERT_EQ(run(js), 0) << js.err();
   const auto objs = lines(js.out());
   ASSERT_EQ(objs.size(), 2u) << js.out();
-  EXPECT_NE(objs[0].find("\"position\":1,\"state\":\"holder\",\"kind\":\"lock\",\"token\":" + std::to_string(token) + ","),
+  EXPECT_NE(objs[0].find("\"position\":1,\"state\":\"holder\",\"kind\":\"write\",\"token\":" + std::to_string(token) + ","),
             std::string::npos)
       << objs[0];
   EXPECT_NE(objs[0].find("\"pid\":" + std::to_string(h.run.pid()) + ","), std::string::npos) << objs[0];
@@ -587,6 +588,13 @@ TEST(CliErrors, BadInputExits125WithAMessage) {
       {{"exec", "--connect", c, "--permits", "0", path, "--", "true"}, "bad --permits"},
       {{"exec", "--connect", c, "--permits", "two", path, "--", "true"}, "bad --permits"},
       {{"exec", "--connect", c, "--shared", "--permits", "2", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--mutex", "--shared", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--shared", "--mutex", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--write", "--mutex", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--mutex", "--permits", "2", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--write", "--shared", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--mutex=yes", path, "--", "true"}, "takes no value"},
+      {{"ls", "--connect", c, "--mutex", path}, "does not apply"},
       {{"exec", "--connect", c, "--kill-signal", "NOPE", path, "--", "true"}, "bad --kill-signal"},
       {{"exec", "--connect", c, "--bogus", path, "--", "true"}, "unknown option"},
       {{"exec", "--connect", c, "--timeout"}, "needs a value"},
