@@ -671,6 +671,43 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
   }
 }
 
+// The session expires while CMD runs. The session's password never leaves the zklock process, so
+// the test cannot take the session over with a second handle (as tests/faults do with their own
+// children); it stops zklock (SIGSTOP) instead: a stopped client sends no pings, and the server
+// expires its session after --session-timeout, deleting its ephemeral node. Once resumed, zklock
+// learns of the loss, stops CMD and exits 75. CMD itself keeps running while zklock is stopped.
+TEST(CliExec, SessionExpiryWhileCommandRunsStopsItAndExits75) {
+  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--mutex"}, {"--permits", "2"}}) {
+    SCOPED_TRACE(mode.empty() ? "plain" : mode.front());
+    const auto path = zkt::unique_path("cli-expiry");
+    zklock_run r{exec_args(mode, {"--verbose", "--session-timeout", "2s", path, "--", "sh", "-c",
+                                  "trap 'kill $p; echo stopped; exit 1' TERM; sleep 60 & p=$!; echo ready; wait $p"})};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    const auto kids = zkt::children(path);
+    ASSERT_EQ(kids.size(), 1u);
+    const std::string node = path + "/" + kids.front();
+    // The node belongs to zklock's session (--verbose: "connected to ... (session 0x...)").
+    const auto err = r.err();
+    const auto at = err.find("(session 0x");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_EQ(static_cast<std::uint64_t>(zkt::stat_node(node).ephemeral_owner),
+              std::stoull(err.substr(at + 11), nullptr, 16));
+
+    r.signal(SIGSTOP);
+    const auto limit = steady_clock::now() + 30s;
+    while (zkt::exists(node)) {
+      ASSERT_LT(steady_clock::now(), limit) << "the server did not expire the stopped zklock's session";
+      std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+    }
+    EXPECT_FALSE(r.exited());
+    EXPECT_EQ(r.read_line(0ms), std::nullopt) << "CMD was stopped while zklock was";
+    r.signal(SIGCONT);
+    EXPECT_EQ(r.read_line(30s), "stopped") << r.err();
+    EXPECT_EQ(r.wait(30s), 75) << r.err();
+    EXPECT_NE(r.err().find("lost the lock on " + path + ": stopping sh"), std::string::npos) << r.err();
+  }
+}
+
 // ---- ls ---------------------------------------------------------------------------------------
 
 TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
