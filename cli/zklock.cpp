@@ -95,14 +95,17 @@ Commands:
          its nodes; for Curator's nodes the host is the IP address they store).
   wait   Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.
 
-Options for exec:
-  --shared            take the read side of a read/write lock: shared with other --shared
-                      holders, exclusive with --write holders
-  --write             take the write side of that read/write lock
-  --permits N         take one of N leases of a counting semaphore (N: 1..1000000; every user of
-                      the path must give the same N)
-                      (default: an exclusive lock; it does not exclude --shared/--write/--permits
-                      holders of the same path, which use other node kinds)
+Lock modes for exec (at most one; default: --write):
+  --write             exclusive: the write side of a read/write lock. Waits for and keeps out
+                      the other plain (--write) and --shared holders of PATH (like flock -x)
+  --shared            shared: the read side of that lock. Runs alongside other --shared holders,
+                      never alongside a --write one (like flock -s)
+  --mutex             exclusive, with zklock::mutex nodes: for a PATH shared with programs that
+                      use zklock::mutex or Curator's InterProcessMutex. It neither waits for nor
+                      keeps out --write and --shared holders (other node kinds)
+  --permits N         one of N leases of a counting semaphore (N: 1..1000000; every user of the
+                      path must give the same N)
+Other options for exec:
   --timeout D         wait at most D for the lock (0: try once; default: wait forever)
   --kill-signal SIG   signal that stops CMD when the lock is lost, and that CMD gets if zklock
                       itself dies (default TERM; a name like TERM, SIGINT, or a number)
@@ -140,8 +143,9 @@ Environment:
   ZKLOCK_FENCING_TOKEN  (set for CMD) the fencing token of the hold
   ZKLOCK_PATH           (set for CMD) the lock path
 
-Example:
-  zklock exec /locks/backup -- ./backup.sh
+Examples:
+  zklock exec /locks/db -- ./migrate.sh            # alone: no other exec of /locks/db runs
+  zklock exec --shared /locks/db -- ./report.sh    # with other --shared, never during migrate.sh
 )";
 
 // ---- messages ----------------------------------------------------------------------------------
@@ -221,14 +225,16 @@ std::string signal_name(int sig) {
 }
 
 enum class command { none, exec, ls, wait, help, version };
-enum class lock_mode { exclusive, shared, write, permits };
+/// exec's lock modes. `write` (the default) and `shared` are the two sides of one read/write lock,
+/// so they exclude each other like flock -x and -s; `mutex` and `permits` use node kinds of their own.
+enum class lock_mode { write, shared, mutex, permits };
 
 struct options {
   command cmd = command::none;
   std::string path;
   bool have_path = false;
   std::vector<std::string> argv;  // CMD and its arguments
-  lock_mode mode = lock_mode::exclusive;
+  lock_mode mode = lock_mode::write;
   bool mode_given = false;
   std::ptrdiff_t permits = 0;
   std::optional<ms> timeout;  // none: forever
@@ -262,7 +268,7 @@ options parse_args(int argc, char** argv) {
   ++i;
 
   auto set_mode = [&](lock_mode m) {
-    if (o.mode_given && o.mode != m) usage_error("--shared, --write and --permits exclude each other");
+    if (o.mode_given && o.mode != m) usage_error("--shared, --write, --mutex and --permits exclude each other");
     o.mode = m;
     o.mode_given = true;
   };
@@ -311,6 +317,10 @@ options parse_args(int argc, char** argv) {
       only({command::exec});
       flag();
       set_mode(lock_mode::write);
+    } else if (name == "--mutex") {
+      only({command::exec});
+      flag();
+      set_mode(lock_mode::mutex);
     } else if (name == "--permits") {
       only({command::exec});
       const std::string_view v = value();
@@ -889,12 +899,34 @@ std::optional<std::pair<std::string, zklock::detail::node_info>> own_node(zklock
 unsigned kinds_of(lock_mode m) {
   namespace d = zklock::detail;
   switch (m) {
-    case lock_mode::exclusive: return d::exclusive_rule::kinds;
-    case lock_mode::shared:
-    case lock_mode::write: return d::read_rule::kinds;
+    case lock_mode::mutex: return d::exclusive_rule::kinds;
+    case lock_mode::shared: return d::read_rule::kinds;
+    case lock_mode::write: return d::write_rule::kinds;
     case lock_mode::permits: return d::semaphore_rule::kinds;
   }
   return all_kinds;
+}
+
+/// Returns: what takes contender nodes of kind `k`, for the warning about other kinds.
+const char* taken_by(zklock::detail::contender_kind k) {
+  using zklock::detail::contender_kind;
+  switch (k) {
+    case contender_kind::lock: return "zklock exec --mutex, zklock::mutex, Curator's InterProcessMutex";
+    case contender_kind::read: return "zklock exec --shared, the read side of a read/write lock";
+    case contender_kind::write: return "zklock exec (default, --write), the write side of a read/write lock";
+    case contender_kind::lease: return "zklock exec --permits, zklock::counting_semaphore";
+  }
+  return "?";
+}
+
+const char* mode_name(lock_mode m) {
+  switch (m) {
+    case lock_mode::write: return "exclusive (write) lock";
+    case lock_mode::shared: return "shared (read) lock";
+    case lock_mode::mutex: return "--mutex lock";
+    case lock_mode::permits: return "--permits lease";
+  }
+  return "lock";
 }
 
 /// Effects: one attempt (timeout 0), a wait bounded by `timeout`, or a wait without end (none).
@@ -922,12 +954,15 @@ int cmd_exec(const options& o) {
   fd_t sigfd = block_signals();  // before the session starts its threads
   auto s = open_session(o);
 
-  // Different modes queue separate node kinds: say so when the path is used in another mode.
+  // Some modes queue separate node kinds: say so when the path is in use by one this mode ignores.
   if (const auto listing = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout)) {
-    const auto others = d::sorted_contenders(*listing, all_kinds & ~kinds_of(o.mode));
-    if (!others.empty())
-      say("warning: %s has %s contenders, which this lock does not exclude (see --shared, --write, --permits)",
-          o.path.c_str(), kind_name(others.front().kind));
+    unsigned seen = 0;
+    for (const auto& c : d::sorted_contenders(*listing, all_kinds & ~kinds_of(o.mode))) {
+      if (seen & d::kind_bit(c.kind)) continue;
+      seen |= d::kind_bit(c.kind);
+      say("warning: %s has %s contenders (%s): this %s neither waits for them nor keeps them out", o.path.c_str(),
+          kind_name(c.kind), taken_by(c.kind), mode_name(o.mode));
+    }
   }
 
   std::optional<zklock::mutex> mx;
@@ -939,7 +974,7 @@ int cmd_exec(const options& o) {
     acquire_interrupter interrupter{*s, sigfd.get()};
     try {
       switch (o.mode) {
-        case lock_mode::exclusive:
+        case lock_mode::mutex:
           mx.emplace(*s, o.path);
           acquired = attempt(o.timeout, [&] { return mx->try_lock(); }, [&](ms t) { return mx->try_lock_for(t); },
                              [&] { mx->lock(); });
@@ -980,7 +1015,7 @@ int cmd_exec(const options& o) {
 
   hold h;
   switch (o.mode) {
-    case lock_mode::exclusive:
+    case lock_mode::mutex:
       h.token = mx->fencing_token();
       h.lost = mx->lost_token();
       h.release = [&] { mx->unlock(); };

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `zklock` command-line tool (cli/zklock.cpp), driven as a binary against the standalone
 // server: exec runs CMD under the lock with its fencing token, passes its exit status and signals,
-// excludes concurrent execs, times out, stops CMD when the lock is lost; ls lists holders and
-// waiters in order; wait returns once the lock is free; bad input and an unreachable server give
-// their own exit codes.
+// excludes concurrent execs (a plain exec and --shared like flock -x and -s; --mutex among its own),
+// lets --shared holders hold at once, times out, stops CMD when the lock is lost; ls lists holders
+// and waiters in order; wait returns once the lock is free; bad input and an unreachable server
+// give their own exit codes.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -257,6 +258,92 @@ std::string hostname() {
   return buf;
 }
 
+/// Returns: `zklock exec --connect ... MODE... REST...`.
+std::vector<std::string> exec_args(const std::vector<std::string>& mode, const std::vector<std::string>& rest) {
+  std::vector<std::string> a{"exec", "--connect", zkt::connect()};
+  a.insert(a.end(), mode.begin(), mode.end());
+  a.insert(a.end(), rest.begin(), rest.end());
+  return a;
+}
+
+/// Returns: the node kind that `ls` shows for exec's lock `mode` (no option, --write, --shared, --mutex).
+std::string kind_of(const std::vector<std::string>& mode) {
+  if (mode.empty() || mode.front() == "--write") return "write";
+  if (mode.front() == "--shared") return "read";
+  if (mode.front() == "--mutex") return "lock";
+  return "lease";
+}
+
+/// Returns: a shell script for CMD that appends "begin KIND TOKEN" to `log`, runs `middle`, then
+/// appends "end KIND TOKEN" (TOKEN: the hold's fencing token, unique per hold).
+std::string logged(const std::string& log, const std::string& kind, const std::string& middle) {
+  const std::string mark = " " + kind + " $ZKLOCK_FENCING_TOKEN >> '" + log + "'";
+  return "echo begin" + mark + "; " + middle + "; echo end" + mark;
+}
+
+/// Returns: whether holders of kinds `a` and `b` (as kind_of() names them) must not hold at once.
+bool conflict(const std::string& a, const std::string& b) {
+  if (a == "lock" || b == "lock") return a == b;  // --mutex only counts lock- nodes
+  return a == "write" || b == "write";            // read/write lock: only readers share
+}
+
+/// Returns: what is wrong in a log written by logged() CMDs ("" if nothing): a hold that began
+/// while a conflicting one had begun and not ended, an end without its begin, a hold never ended.
+/// `holds` gets the number of holds.
+std::string log_problems(const std::string& text, std::size_t& holds) {
+  std::map<std::string, std::string> active;  // token -> kind
+  std::string problems;
+  holds = 0;
+  for (const auto& line : lines(text)) {
+    const auto w = words(line);
+    if (w.size() != 3 || (w[0] != "begin" && w[0] != "end")) {
+      problems += "bad line: " + line + "\n";
+    } else if (w[0] == "begin") {
+      ++holds;
+      for (const auto& [token, kind] : active)
+        if (conflict(w[1], kind)) problems += line + " while " + kind + " " + token + " held\n";
+      if (!active.emplace(w[2], w[1]).second) problems += "token seen twice: " + line + "\n";
+    } else if (active.erase(w[2]) != 1) {
+      problems += "end without begin: " + line + "\n";
+    }
+  }
+  for (const auto& [token, kind] : active) problems += kind + " " + token + " never ended\n";
+  return problems;
+}
+
+/// Expects a holder in mode `first` to keep out an exec in mode `second` on one path: with
+/// --timeout 0 it gives up (124) without running CMD; without, it queues (ls: a waiter) and runs
+/// CMD only after the holder's CMD has ended (both CMDs log their hold, see logged()).
+void expect_excludes(const std::vector<std::string>& first, const std::vector<std::string>& second) {
+  const auto path = zkt::unique_path("cli-excludes");
+  scratch_dir dir;
+  const auto log = (dir.path / "log").string();
+  zklock_run holder{exec_args(first, {path, "--", "sh", "-c", logged(log, kind_of(first), "echo held; read x")})};
+  ASSERT_EQ(holder.read_line(), "held") << holder.err();
+
+  zklock_run now{
+      exec_args(second, {"--timeout", "0", path, "--", "sh", "-c", logged(log, kind_of(second), "echo ran")})};
+  EXPECT_EQ(run(now), 124) << now.err();
+  EXPECT_EQ(now.out(), "") << "CMD ran beside the holder";
+
+  zklock_run later{exec_args(second, {path, "--", "sh", "-c", logged(log, kind_of(second), "echo ran")})};
+  ASSERT_TRUE(await_children(path, 2, later)) << "did not queue: " << later.err();
+  zklock_run ls{{"ls", "--connect", zkt::connect(), "--json", path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  ASSERT_EQ(rows.size(), 2u) << ls.out();
+  EXPECT_NE(rows[1].find("\"state\":\"waiter\",\"kind\":\"" + kind_of(second) + "\""), std::string::npos) << rows[1];
+  holder.close_stdin();  // the holder's CMD logs its end, then zklock releases the lock
+  EXPECT_EQ(run(holder), 0) << holder.err();
+  EXPECT_EQ(run(later), 0) << later.err();
+  EXPECT_EQ(later.out(), "ran\n");
+
+  std::size_t holds = 0;
+  EXPECT_EQ(log_problems(slurp(log), holds), "") << slurp(log);
+  EXPECT_EQ(holds, 2u) << slurp(log);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 /// A holder: `zklock exec [mode...] PATH -- sh -c 'echo held token=...; read x; exit 0'`. It holds until
 /// release(); held() waits for CMD to start and returns its token.
 struct holder {
@@ -286,9 +373,9 @@ TEST(CliHelp, HelpPrintsUsageAndExitCodes) {
     zklock_run r{args};
     ASSERT_EQ(run(r), 0) << args.front();
     const auto out = r.out();
-    for (const char* want : {"Usage:", "zklock exec", "zklock ls", "zklock wait", "--timeout", "--shared", "--permits",
-                             "--connect", "--kill-signal", "--grace", "ZOOKEEPER_HOSTS", "ZKLOCK_FENCING_TOKEN", "69",
-                             "75", "124", "125", "126", "127"})
+    for (const char* want : {"Usage:", "zklock exec", "zklock ls", "zklock wait", "--timeout", "--shared", "--write",
+                             "--mutex", "--permits", "--connect", "--kill-signal", "--grace", "ZOOKEEPER_HOSTS",
+                             "ZKLOCK_FENCING_TOKEN", "69", "75", "124", "125", "126", "127"})
       EXPECT_NE(out.find(want), std::string::npos) << "help lacks " << want;
   }
   zklock_run v{{"--version"}};
@@ -315,7 +402,8 @@ TEST(CliExec, RunsCommandWithTokenAndPassesItsExitCode) {
 }
 
 TEST(CliExec, EveryModeGivesCommandAToken) {
-  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--permits", "2"}}) {
+  for (const auto& mode :
+       std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--mutex"}, {"--permits", "2"}}) {
     const auto path = zkt::unique_path("cli-modes");
     std::vector<std::string> args{"exec", "--connect", zkt::connect()};
     args.insert(args.end(), mode.begin(), mode.end());
@@ -328,34 +416,153 @@ TEST(CliExec, EveryModeGivesCommandAToken) {
 }
 
 TEST(CliExec, ConcurrentExecsDoNotOverlap) {
-  const auto path = zkt::unique_path("cli-overlap");
+  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--mutex"}}) {
+    SCOPED_TRACE(mode.empty() ? "plain" : mode.front());
+    const auto path = zkt::unique_path("cli-overlap");
+    scratch_dir dir;
+    const auto log = (dir.path / "log").string();
+    // Each CMD appends "begin TOKEN", works a little, appends "end TOKEN".
+    const std::string body = "echo begin $ZKLOCK_FENCING_TOKEN >> '" + log +
+                             "'; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
+                             "echo end $ZKLOCK_FENCING_TOKEN >> '" + log + "'";
+    constexpr int procs = 6;
+    std::vector<std::unique_ptr<zklock_run>> runs;
+    for (int i = 0; i < procs; ++i)
+      runs.push_back(std::make_unique<zklock_run>(exec_args(mode, {path, "--", "sh", "-c", body})));
+    for (auto& r : runs) EXPECT_EQ(r->wait(120s), 0) << r->err();
+    const auto text = lines(slurp(log));
+    ASSERT_EQ(text.size(), 2u * procs) << slurp(log);
+    std::int64_t last = 0;
+    for (std::size_t i = 0; i < text.size(); i += 2) {
+      const auto b = words(text[i]), e = words(text[i + 1]);
+      ASSERT_EQ(b.size(), 2u);
+      ASSERT_EQ(e.size(), 2u);
+      EXPECT_EQ(b[0], "begin") << "line " << i;
+      EXPECT_EQ(e[0], "end") << "line " << i + 1;
+      EXPECT_EQ(b[1], e[1]) << "overlap at line " << i;
+      const std::int64_t token = std::stoll(b[1]);
+      EXPECT_GT(token, last) << "fencing tokens must grow from holder to holder";
+      last = token;
+    }
+    EXPECT_TRUE(zkt::children(path).empty());
+  }
+}
+
+// flock -x and -s on one file: a plain exec and an exec --shared of one path exclude each other.
+TEST(CliExec, PlainAndSharedExcludeEachOther) {
+  {
+    SCOPED_TRACE("plain holder, --shared contender");
+    expect_excludes({}, {"--shared"});
+  }
+  {
+    SCOPED_TRACE("--shared holder, plain contender");
+    expect_excludes({"--shared"}, {});
+  }
+  {
+    SCOPED_TRACE("--shared holder, --write contender (the default's synonym)");
+    expect_excludes({"--shared"}, {"--write"});
+  }
+  {
+    SCOPED_TRACE("plain holder, --write contender");
+    expect_excludes({}, {"--write"});
+  }
+}
+
+TEST(CliExec, ConcurrentPlainAndSharedExecsNeverOverlapAWriter) {
+  const auto path = zkt::unique_path("cli-rw-overlap");
   scratch_dir dir;
   const auto log = (dir.path / "log").string();
-  // Each CMD appends "begin TOKEN", works a little, appends "end TOKEN".
-  const std::string body = "echo begin $ZKLOCK_FENCING_TOKEN >> '" + log +
-                           "'; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo end $ZKLOCK_FENCING_TOKEN >> '" +
-                           log + "'";
-  constexpr int procs = 6;
+  const std::string work = "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done";
+  const std::vector<std::vector<std::string>> modes{{}, {"--shared"}, {"--shared"}, {}, {"--shared"},
+                                                    {"--shared"}, {"--write"}, {"--shared"}};
   std::vector<std::unique_ptr<zklock_run>> runs;
-  for (int i = 0; i < procs; ++i)
-    runs.push_back(std::make_unique<zklock_run>(
-        std::vector<std::string>{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", body}));
+  for (const auto& mode : modes)
+    runs.push_back(
+        std::make_unique<zklock_run>(exec_args(mode, {path, "--", "sh", "-c", logged(log, kind_of(mode), work)})));
   for (auto& r : runs) EXPECT_EQ(r->wait(120s), 0) << r->err();
-  const auto text = lines(slurp(log));
-  ASSERT_EQ(text.size(), 2u * procs) << slurp(log);
-  std::int64_t last = 0;
-  for (std::size_t i = 0; i < text.size(); i += 2) {
-    const auto b = words(text[i]), e = words(text[i + 1]);
-    ASSERT_EQ(b.size(), 2u);
-    ASSERT_EQ(e.size(), 2u);
-    EXPECT_EQ(b[0], "begin") << "line " << i;
-    EXPECT_EQ(e[0], "end") << "line " << i + 1;
-    EXPECT_EQ(b[1], e[1]) << "overlap at line " << i;
-    const std::int64_t token = std::stoll(b[1]);
-    EXPECT_GT(token, last) << "fencing tokens must grow from holder to holder";
-    last = token;
-  }
+  std::size_t holds = 0;
+  EXPECT_EQ(log_problems(slurp(log), holds), "") << slurp(log);
+  EXPECT_EQ(holds, modes.size()) << slurp(log);
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, SharedHoldersHoldAtOnce) {
+  const auto path = zkt::unique_path("cli-shared");
+  scratch_dir dir;
+  const std::string d = dir.path.string();
+  // Each CMD marks that it runs, then waits until the other one runs too (for at most about 20 s,
+  // polling every 10 ms), says "both" and holds until its stdin closes.
+  auto reader = [&](const std::string& me, const std::string& other) {
+    return std::make_unique<zklock_run>(exec_args(
+        {"--shared"}, {path, "--", "sh", "-c",
+                       "touch '" + d + "/" + me + "'; n=0; while [ ! -e '" + d + "/" + other +
+                           "' ]; do n=$((n+1)); if [ $n -gt 2000 ]; then echo alone; exit 3; fi; sleep 0.01; done; "
+                           "echo both; read x; exit 0"}));
+  };
+  auto a = reader("a", "b");
+  auto b = reader("b", "a");
+  EXPECT_EQ(a->read_line(), "both") << a->err();
+  EXPECT_EQ(b->read_line(), "both") << b->err();
+
+  // Both hold now: ls says so, and an exclusive exec cannot get in.
+  zklock_run ls{{"ls", "--connect", zkt::connect(), "--json", path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  EXPECT_EQ(rows.size(), 2u) << ls.out();
+  for (const auto& row : rows) EXPECT_NE(row.find("\"state\":\"holder\",\"kind\":\"read\""), std::string::npos) << row;
+  zklock_run writer{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(writer), 124) << writer.err();
+  EXPECT_EQ(writer.out(), "");
+
+  a->close_stdin();
+  b->close_stdin();
+  EXPECT_EQ(a->wait(), 0) << a->err();
+  EXPECT_EQ(b->wait(), 0) << b->err();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+TEST(CliExec, MutexHoldersExcludeEachOther) {
+  expect_excludes({"--mutex"}, {"--mutex"});
+
+  // --mutex takes zklock::mutex's nodes (lock-), which ls shows as kind "lock".
+  const auto path = zkt::unique_path("cli-mutex");
+  holder m{path, {"--mutex"}};
+  const auto token = m.held();
+  zklock_run ls{{"ls", "--connect", zkt::connect(), "--json", path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const auto rows = lines(ls.out());
+  ASSERT_EQ(rows.size(), 1u) << ls.out();
+  EXPECT_NE(rows[0].find("\"state\":\"holder\",\"kind\":\"lock\",\"token\":" + std::to_string(token) + ","),
+            std::string::npos)
+      << rows[0];
+  EXPECT_NE(rows[0].find("-lock-"), std::string::npos) << rows[0];
+
+  // Another lock type on the same path neither waits for it nor keeps it out, and says so.
+  zklock_run plain{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(plain), 0) << plain.err();
+  EXPECT_EQ(plain.out(), "ran\n");
+  EXPECT_NE(plain.err().find("warning: " + path + " has lock contenders (zklock exec --mutex"), std::string::npos)
+      << plain.err();
+  EXPECT_EQ(m.release(), 0);
+
+  holder w{path};
+  w.held();
+  zklock_run mutex{exec_args({"--mutex"}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(mutex), 0) << mutex.err();
+  EXPECT_EQ(mutex.out(), "ran\n");
+  EXPECT_NE(mutex.err().find("warning: " + path + " has write contenders"), std::string::npos) << mutex.err();
+  EXPECT_EQ(w.release(), 0);
+  EXPECT_TRUE(zkt::children(path).empty());
+
+  // --mutex and --shared together: a usage error, before anything reaches the server.
+  const auto untouched = zkt::unique_path("cli-mutex-shared");
+  for (const auto& modes : std::vector<std::vector<std::string>>{{"--mutex", "--shared"}, {"--shared", "--mutex"}}) {
+    zklock_run r{exec_args(modes, {untouched, "--", "echo", "ran"})};
+    EXPECT_EQ(run(r), 125) << modes.front() << " " << modes.back() << ": " << r.err();
+    EXPECT_NE(r.err().find("exclude each other"), std::string::npos) << r.err();
+    EXPECT_EQ(r.out(), "");
+  }
+  EXPECT_FALSE(zkt::exists(untouched));
 }
 
 TEST(CliExec, TimeoutWhileHeldExits124AndLeavesNothing) {
@@ -464,6 +671,43 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
   }
 }
 
+// The session expires while CMD runs. The session's password never leaves the zklock process, so
+// the test cannot take the session over with a second handle (as tests/faults do with their own
+// children); it stops zklock (SIGSTOP) instead: a stopped client sends no pings, and the server
+// expires its session after --session-timeout, deleting its ephemeral node. Once resumed, zklock
+// learns of the loss, stops CMD and exits 75. CMD itself keeps running while zklock is stopped.
+TEST(CliExec, SessionExpiryWhileCommandRunsStopsItAndExits75) {
+  for (const auto& mode : std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--mutex"}, {"--permits", "2"}}) {
+    SCOPED_TRACE(mode.empty() ? "plain" : mode.front());
+    const auto path = zkt::unique_path("cli-expiry");
+    zklock_run r{exec_args(mode, {"--verbose", "--session-timeout", "2s", path, "--", "sh", "-c",
+                                  "trap 'kill $p; echo stopped; exit 1' TERM; sleep 60 & p=$!; echo ready; wait $p"})};
+    ASSERT_EQ(r.read_line(), "ready") << r.err();
+    const auto kids = zkt::children(path);
+    ASSERT_EQ(kids.size(), 1u);
+    const std::string node = path + "/" + kids.front();
+    // The node belongs to zklock's session (--verbose: "connected to ... (session 0x...)").
+    const auto err = r.err();
+    const auto at = err.find("(session 0x");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_EQ(static_cast<std::uint64_t>(zkt::stat_node(node).ephemeral_owner),
+              std::stoull(err.substr(at + 11), nullptr, 16));
+
+    r.signal(SIGSTOP);
+    const auto limit = steady_clock::now() + 30s;
+    while (zkt::exists(node)) {
+      ASSERT_LT(steady_clock::now(), limit) << "the server did not expire the stopped zklock's session";
+      std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+    }
+    EXPECT_FALSE(r.exited());
+    EXPECT_EQ(r.read_line(0ms), std::nullopt) << "CMD was stopped while zklock was";
+    r.signal(SIGCONT);
+    EXPECT_EQ(r.read_line(30s), "stopped") << r.err();
+    EXPECT_EQ(r.wait(30s), 75) << r.err();
+    EXPECT_NE(r.err().find("lost the lock on " + path + ": stopping sh"), std::string::npos) << r.err();
+  }
+}
+
 // ---- ls ---------------------------------------------------------------------------------------
 
 TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
@@ -483,7 +727,8 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   ASSERT_EQ(second.size(), 8u) << rows[2];
   EXPECT_EQ(first[0], "1");
   EXPECT_EQ(first[1], "holder");
-  EXPECT_EQ(first[2], "lock");
+  EXPECT_EQ(first[2], "write") << "a plain exec takes the write side of a read/write lock";
+  EXPECT_NE(first[7].find("-__WRIT__"), std::string::npos) << first[7];
   EXPECT_EQ(first[3], std::to_string(token));
   EXPECT_EQ(first[4], hostname());
   EXPECT_EQ(first[5], std::to_string(h.run.pid()));
@@ -499,7 +744,7 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   ASSERT_EQ(run(js), 0) << js.err();
   const auto objs = lines(js.out());
   ASSERT_EQ(objs.size(), 2u) << js.out();
-  EXPECT_NE(objs[0].find("\"position\":1,\"state\":\"holder\",\"kind\":\"lock\",\"token\":" + std::to_string(token) + ","),
+  EXPECT_NE(objs[0].find("\"position\":1,\"state\":\"holder\",\"kind\":\"write\",\"token\":" + std::to_string(token) + ","),
             std::string::npos)
       << objs[0];
   EXPECT_NE(objs[0].find("\"pid\":" + std::to_string(h.run.pid()) + ","), std::string::npos) << objs[0];
@@ -587,6 +832,11 @@ TEST(CliErrors, BadInputExits125WithAMessage) {
       {{"exec", "--connect", c, "--permits", "0", path, "--", "true"}, "bad --permits"},
       {{"exec", "--connect", c, "--permits", "two", path, "--", "true"}, "bad --permits"},
       {{"exec", "--connect", c, "--shared", "--permits", "2", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--write", "--mutex", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--mutex", "--permits", "2", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--write", "--shared", path, "--", "true"}, "exclude each other"},
+      {{"exec", "--connect", c, "--mutex=yes", path, "--", "true"}, "takes no value"},
+      {{"ls", "--connect", c, "--mutex", path}, "does not apply"},
       {{"exec", "--connect", c, "--kill-signal", "NOPE", path, "--", "true"}, "bad --kill-signal"},
       {{"exec", "--connect", c, "--bogus", path, "--", "true"}, "unknown option"},
       {{"exec", "--connect", c, "--timeout"}, "needs a value"},
