@@ -800,6 +800,41 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// The default unlock() while the connection is down: it returns at once (never throws, never
+// waits for the network) and the session sends the delete once it is connected again. The
+// session survives, so the node can only have gone through that delete.
+TEST(FaultInjection, UnlockWhileDisconnectedIsSentOnceReconnected) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-sync-delete");
+  zkt::create_path(path);
+  const auto timeout = scaled(6000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
+  zklock::session s{o};
+  const auto id = s.id();
+  bounded_mutex m{s, path};
+  ASSERT_TRUE(m.try_lock());
+  const auto node = zkt::children(path);
+  ASSERT_EQ(node.size(), 1u);
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(30s))) << "the client never noticed";
+  m.unlock();  // suspended: queued for later
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(zkt::children(path), node) << "nothing can have reached the server yet";
+  EXPECT_EQ(proxy.command("cut"), "ok cut");
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));
+  zklock::session other_s{opts(zk.connect(), timeout)};
+  bounded_mutex other{other_s, path};
+  ASSERT_TRUE(other.try_lock_for(timeout / 2)) << "the queued delete was not sent after reconnecting";
+  EXPECT_EQ(s.id(), id);
+  EXPECT_EQ(s.generation(), 1u) << "the session should have survived: its node went by our delete";
+  other.unlock();
+  other_s.close();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 // 3b. A background release (session_options::background_release) whose delete never reaches the
 // server: the proxy holds every byte while unlock() sends it, the client gives the connection up
 // (outcome unknown), then the proxy drops what it held and heals. Once the session is connected

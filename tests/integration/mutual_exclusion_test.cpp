@@ -96,4 +96,82 @@ TYPED_TEST(MutualExclusion, FifoAcrossSessions) {
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+// std::scoped_lock over several zklock mutexes is deadlock-free: two threads take the same two
+// locks in opposite orders, many times, each with its own session and objects (std::lock backs
+// off with try_lock). Any deadlock would stop the rounds from finishing in the bound.
+TYPED_TEST(MutualExclusion, ScopedLockOverTwoMutexesInOppositeOrders) {
+  const auto p1 = zkt::unique_path("scoped-1"), p2 = zkt::unique_path("scoped-2");
+  constexpr int rounds = 40;
+  std::atomic<int> in1{0}, in2{0}, overlaps{0}, done{0};
+  auto work = [&](bool reversed) {
+    zklock::session s{zkt::options()};
+    typename TypeParam::mutex a{s, p1}, b{s, p2};
+    for (int i = 0; i < rounds; ++i) {
+      auto body = [&] {
+        if (in1.fetch_add(1) != 0 || in2.fetch_add(1) != 0) ++overlaps;
+        std::this_thread::yield();
+        --in1;
+        --in2;
+      };
+      if (reversed) {
+        std::scoped_lock g{b, a};
+        body();
+      } else {
+        std::scoped_lock g{a, b};
+        body();
+      }
+    }
+    ++done;
+  };
+  {
+    std::jthread t1{work, false}, t2{work, true};
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{120};
+    while (done.load() < 2 && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    ASSERT_EQ(done.load(), 2) << "std::scoped_lock over two zklock mutexes deadlocked";
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_TRUE(zkt::children(p1).empty());
+  EXPECT_TRUE(zkt::children(p2).empty());
+}
+
+// try_lock_for while another client holds returns false on time: never before the wait has
+// passed (it is a deadline, not a hint), and not long after it.
+TYPED_TEST(MutualExclusion, TryLockForReturnsFalseOnTime) {
+  const auto path = zkt::unique_path("on-time");
+  zklock::session hs{zkt::options()}, cs{zkt::options()};
+  typename TypeParam::mutex holder{hs, path}, contender{cs, path};
+  holder.lock();
+  for (auto wait : {std::chrono::milliseconds{0}, std::chrono::milliseconds{50}, std::chrono::milliseconds{400}}) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(contender.try_lock_for(wait));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(took, wait);
+    EXPECT_LT(took, wait + std::chrono::seconds{5}) << "for a wait of " << wait.count() << " ms";
+  }
+  holder.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// Missing parents of a lock node are created as container nodes, and so is the lock node itself:
+// once empty, the server reaps them (tools/zk checks every second; a persistent node would stay).
+// Clients cannot read the container marker (the server shows them an ephemeralOwner of 0), so the
+// reaping is the proof.
+TEST(LockNode, MissingParentsAreContainerNodes) {
+  const auto base = zkt::unique_path("containers");
+  const auto path = base + "/a/b";
+  {
+    zklock::session s{zkt::options()};
+    zklock::mutex m{s, path};
+    m.lock();
+    EXPECT_TRUE(zkt::exists(base + "/a"));
+    m.unlock();
+  }
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+  while (zkt::exists(base) && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});  // polling the server
+  EXPECT_FALSE(zkt::exists(path)) << "the lock node was not reaped: not a container";
+  EXPECT_FALSE(zkt::exists(base + "/a")) << "a created parent was not reaped: not a container";
+  EXPECT_FALSE(zkt::exists(base)) << "a created parent was not reaped: not a container";
+}
+
 }  // namespace

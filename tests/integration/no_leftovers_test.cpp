@@ -138,6 +138,72 @@ TYPED_TEST(NoLeftovers, FailedSemaphoreTries) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// The same failed tries counted by the server itself ("mntr": data and children watches of every
+// session, which "wchp" cannot show for children watches): every watch a failed attempt armed is
+// gone once the attempt has returned (a round trip on its session makes sure the removal was
+// served). On a server of its own, so that other tests' watches do not count.
+TYPED_TEST(NoLeftovers, TheServerCountsNoWatchOfAFailedAttempt) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("left-count");
+  zklock::session hs{zkt::options()}, cs{zkt::options()};
+  typename TypeParam::mutex holder{hs, path};
+  typename TypeParam::mutex contender{cs, path};
+  typename TypeParam::semaphore sem_holder{hs, path + "-sem", 1};
+  typename TypeParam::semaphore sem_contender{cs, path + "-sem", 1};
+  holder.lock();
+  sem_holder.acquire();
+  const long long before = zkt::server_watch_count();
+  ASSERT_GE(before, 0) << "cannot read mntr";
+  {
+    // Control: a waiting attempt is counted.
+    std::jthread waiter([&] { EXPECT_FALSE(contender.try_lock_for(2s)); });
+    const auto limit = std::chrono::steady_clock::now() + 30s;
+    while (zkt::server_watch_count() <= before && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    EXPECT_GT(zkt::server_watch_count(), before) << "a waiting attempt's watch was not counted";
+  }
+  EXPECT_FALSE(contender.try_lock_for(250ms));
+  EXPECT_FALSE(sem_contender.try_acquire_for(250ms));  // the first waiter of a semaphore: a children watch
+  cs.flush();
+  EXPECT_EQ(zkt::server_watch_count(), before);
+  holder.unlock();
+  sem_holder.release();
+}
+
+// A refusal by the server in the middle of a wait, with the session alive: a stranger's contender
+// ahead of ours that we may not read (its ACL gives us nothing). Watching it fails with no_auth
+// (predecessor watch), or the wait just times out (children watch): either way our node and our
+// watches are gone, and the session goes on working.
+TYPED_TEST(NoLeftovers, AServerRefusalWhileWaitingLeavesNothing) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("left-refusal");
+  zkt::create_path(path);
+  zkt::raw_client stranger{"stranger", "pw"};
+  const std::string foreign = path + "/_c_00000000-0000-4000-8000-000000000000-lock-0000000000";
+  ASSERT_EQ(stranger.create_with_world(foreign, 0), 0);
+  zklock::session s{zkt::options()};
+  typename TypeParam::mutex m{s, path};
+  const long long before = zkt::server_watch_count();
+  std::optional<std::error_code> refused;
+  try {
+    EXPECT_FALSE(m.try_lock_for(500ms));
+  } catch (const std::system_error& e) {
+    refused = e.code();
+  }
+  if constexpr (TypeParam::watches_nodes) {
+    EXPECT_EQ(refused, std::optional<std::error_code>{zklock::errc::no_auth}) << "watching an unreadable node";
+  } else {
+    EXPECT_FALSE(refused.has_value());
+  }
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(zkt::children(path), std::vector<std::string>{foreign.substr(path.size() + 1)}) << "our node stayed";
+  s.flush();
+  EXPECT_EQ(zkt::server_watch_count(), before) << "a watch of the failed attempt stayed";
+  EXPECT_EQ(stranger.remove(foreign), 0);
+  m.lock();  // the session still works
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 // timeout_throw_after: lock() throws lock_timeout and leaves nothing.
 TYPED_TEST(NoLeftovers, TimeoutPolicyThrowsAndCleansUp) {
   const auto path = zkt::unique_path("left-timeout");

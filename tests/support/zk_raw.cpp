@@ -45,6 +45,19 @@ double fault_scale() {
   return scale;
 }
 
+long long server_watch_count() {
+  std::istringstream in{four_letter("mntr")};
+  std::string key;
+  long long value = -1;
+  while (in >> key) {
+    if (key == "zk_watch_count") {
+      in >> value;
+      return value;
+    }
+  }
+  return -1;
+}
+
 std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
   return std::chrono::milliseconds{
       static_cast<std::int64_t>(std::llround(static_cast<double>(d.count()) * fault_scale()))};

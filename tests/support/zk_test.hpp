@@ -45,6 +45,10 @@ double fault_scale();
 /// Returns: `d` multiplied by fault_scale().
 std::chrono::milliseconds scaled(std::chrono::milliseconds d);
 
+/// Returns: the server's watch count (data and children watches of every session: "mntr"'s
+/// zk_watch_count), or -1 if it cannot be read. Server-wide: use it on a private_server.
+long long server_watch_count();
+
 /// Returns: session options for tests: ZKLOCK_TEST_ZK, short timeouts.
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
 
