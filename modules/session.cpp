@@ -839,6 +839,11 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: session_timeout is unreasonably long");
   if (options.auth && options.auth->scheme.empty())
     throw std::invalid_argument("zklock::session: auth scheme is empty");
+  if (options.auth && (options.auth->scheme.find('\0') != std::string::npos ||
+                       options.auth->credential.find('\0') != std::string::npos))
+    throw std::invalid_argument("zklock::session: auth scheme or credential contains a NUL character");
+  if (options.auth && options.auth->scheme.size() + options.auth->credential.size() > 64 * 1024)
+    throw std::invalid_argument("zklock::session: auth scheme and credential are over 64 KiB (the server would drop the connection)");
   if (options.loss_tolerance < std::chrono::milliseconds::zero())
     throw std::invalid_argument("zklock::session: loss_tolerance must not be negative (zero = the default)");
   impl_ = std::make_unique<detail::session_impl>(std::move(options));

@@ -87,8 +87,9 @@ class session {
 
   /// Effects: connects as `options` say, then sends `options.auth` if any. Returns: once the
   /// session is established and authenticated. Throws: as above; std::invalid_argument for
-  /// non-positive timeouts, a session_timeout over 24 h or an empty auth scheme; auth_failed (or
-  /// the server's code) if the credentials are refused.
+  /// non-positive timeouts, a session_timeout over 24 h, a negative loss_tolerance, or auth with an
+  /// empty scheme, a NUL character or over 64 KiB; auth_failed (or the server's code) if the
+  /// credentials are refused.
   explicit session(session_options options);
 
   /// Effects: close(). Never throws.

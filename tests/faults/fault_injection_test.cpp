@@ -835,6 +835,60 @@ TEST(FaultInjection, UnlockWhileDisconnectedIsSentOnceReconnected) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// Watch contexts outlive their waits. Waiters on one session give up while the connection is cut
+// (their watch removals cannot reach the server), and their lock objects are destroyed. The C
+// client still holds their watchers: it calls them again on every session event (the reconnect
+// below), and the server fires the old exists watch when the holder releases. Neither may touch
+// the freed waiters (the asan preset would report it) or wake anything; the abandoned nodes are
+// deleted once the session is back, and the session goes on working.
+TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-abandoned");
+  zkt::create_path(path);
+  // The client notices the blackhole after 2/3 of the timeout; it must reconnect in the last third
+  // for the session to survive: a longer timeout than elsewhere leaves it 4 s.
+  const auto timeout = scaled(12000ms);
+  zklock::session hs{opts(zk.connect(), timeout)};
+  bounded_mutex holder{hs, path};
+  ASSERT_TRUE(holder.try_lock());
+  auto o = opts(proxy.connect(), timeout);
+  o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
+  zklock::session s{o};
+  constexpr int waiters = 4;
+  {
+    std::vector<std::jthread> threads;
+    std::vector<std::unique_ptr<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>> ms;
+    std::vector<std::unique_ptr<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>> cs;
+    for (int i = 0; i < waiters; ++i) {
+      ms.push_back(std::make_unique<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>(s, path));
+      cs.push_back(std::make_unique<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>(s, path));
+    }
+    for (int i = 0; i < waiters; ++i) {
+      const auto idx = static_cast<std::size_t>(i);
+      threads.emplace_back([&, idx] { EXPECT_FALSE(ms[idx]->try_lock_for(scaled(1500ms))); });
+      threads.emplace_back([&, idx] { EXPECT_FALSE(cs[idx]->try_lock_for(scaled(1500ms))); });
+    }
+    ASSERT_TRUE(zkt::await_children(path, 1u + 2 * waiters));
+    ASSERT_TRUE(zkt::await_watch(path, s));
+    ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+    threads.clear();  // every wait gives up while the connection is gone
+  }  // ... and every lock object is freed (their removals and deletes wait in the blackhole)
+  ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(30s))) << "the client never noticed";
+  EXPECT_EQ(proxy.command("cut"), "ok cut");
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));  // session events: watchers called
+  EXPECT_EQ(s.generation(), 1u);
+  s.flush();
+  EXPECT_TRUE(zkt::await_children(path, 1u)) << "the abandoned nodes were not deleted after reconnecting";
+  holder.unlock();  // fires whatever exists watch the server still had on the holder's node
+  bounded_mutex again{s, path};
+  ASSERT_TRUE(again.try_lock_for(timeout));
+  again.unlock();
+  s.flush();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 // 3b. A background release (session_options::background_release) whose delete never reaches the
 // server: the proxy holds every byte while unlock() sends it, the client gives the connection up
 // (outcome unknown), then the proxy drops what it held and heals. Once the session is connected

@@ -3,6 +3,7 @@
 // watch on the server; unlock deletes the node; a destroyed lock object releases — for every watch
 // strategy x wake-up combination.
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 #include "zk_test.hpp"
 
@@ -226,6 +228,47 @@ TYPED_TEST(NoLeftovers, TimeoutPolicyThrowsAndCleansUp) {
   EXPECT_TRUE(timed.owns_lock());
   timed.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// timeout_throw_after bounds every blocking call of every primitive: lock() of a mutex, lock() and
+// lock_shared() of a shared mutex, acquire() of a semaphore each throw lock_timeout, not before the
+// bound has passed, and leave no node and no watch behind.
+TYPED_TEST(NoLeftovers, TimeoutPolicyBoundsEveryBlockingCall) {
+  const auto path = zkt::unique_path("left-timeout-all");
+  zklock::session hs{zkt::options()}, cs{zkt::options()};
+  typename TypeParam::mutex holder{hs, path + "-m"};
+  typename TypeParam::shared_mutex writer{hs, path + "-rw"};
+  typename TypeParam::semaphore sem_holder{hs, path + "-sem", 1};
+  holder.lock();
+  writer.lock();
+  sem_holder.acquire();
+  typename TypeParam::timed_mutex m{cs, path + "-m"};
+  typename TypeParam::timed_shared_mutex rw{cs, path + "-rw"};
+  typename TypeParam::timed_semaphore sem{cs, path + "-sem", 1};
+  const std::vector<std::pair<const char*, std::function<void()>>> calls{
+      {"mutex::lock", [&] { m.lock(); }},
+      {"shared_mutex::lock", [&] { rw.lock(); }},
+      {"shared_mutex::lock_shared", [&] { rw.lock_shared(); }},
+      {"counting_semaphore::acquire", [&] { sem.acquire(); }}};
+  for (const auto& [name, call] : calls) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      call();
+      ADD_FAILURE() << name << " did not time out";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), std::error_code{zklock::errc::lock_timeout}) << name << ": " << e.what();
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - start, TypeParam::timed_bound) << name << " gave up early";
+  }
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_FALSE(rw.owns_lock());
+  EXPECT_FALSE(rw.owns_shared());
+  EXPECT_EQ(sem.held_leases(), 0);
+  for (const auto* p : {"-m", "-rw", "-sem"}) EXPECT_EQ(zkt::children(path + p).size(), 1u) << p;
+  EXPECT_EQ(watches_below(path, cs), std::set<std::string>{});
+  holder.unlock();
+  writer.unlock();
+  sem_holder.release();
 }
 
 // An exception while waiting (the waiter's session is closed from another thread) leaves nothing.

@@ -217,6 +217,21 @@ TEST(SessionChroot, EveryPathIsUnderTheChroot) {
   EXPECT_TRUE(zkt::children(root + "/locks/a").empty());
 }
 
+// The connect-string constructor takes a chroot too.
+TEST(SessionChroot, FromAConnectString) {
+  const auto root = zkt::unique_path("chroot-string");
+  zkt::create_path(root);
+  zklock::session s{zkt::connect() + root};
+  EXPECT_EQ(s.state(), session_state::connected);
+  zklock::mutex m{s, "/locks/b"};
+  m.lock();
+  EXPECT_EQ(zkt::children(root + "/locks/b").size(), 1u);
+  EXPECT_FALSE(zkt::exists("/locks/b"));
+  m.unlock();
+  EXPECT_TRUE(zkt::children(root + "/locks/b").empty());
+  EXPECT_THROW(zklock::session{zkt::connect() + zkt::unique_path("no-such-chroot")}, std::system_error);
+}
+
 TEST(SessionChroot, MissingChrootIsRefused) {
   auto o = zkt::options();
   o.connect = zkt::connect() + zkt::unique_path("no-such-chroot");
@@ -492,6 +507,10 @@ TEST(SessionBadInput, MalformedInputIsRejectedAtOnce) {
       {"connect_timeout 0", [](auto& o) { o.connect_timeout = 0ms; }},
       {"connect_timeout -1 ms", [](auto& o) { o.connect_timeout = -1ms; }},
       {"empty auth scheme", [](auto& o) { o.auth = zklock::auth_info{"", "x"}; }},
+      {"NUL in the credential", [](auto& o) { o.auth = zklock::auth_info{"digest", std::string{"u:p\0w", 5}}; }},
+      {"NUL in the scheme", [](auto& o) { o.auth = zklock::auth_info{std::string{"dig\0est", 7}, "u:p"}; }},
+      {"1 MiB credential", [](auto& o) { o.auth = zklock::digest("u", std::string(1 << 20, 'p')); }},
+      {"negative loss_tolerance", [](auto& o) { o.loss_tolerance = -1ms; }},
   };
   for (const auto& b : options) {
     SCOPED_TRACE(b.what);
@@ -509,6 +528,7 @@ TEST(SessionBadInput, NobodyListeningIsAConnectTimeout) {
   o.connect_timeout = 300ms;
   const auto t0 = steady::now();
   expect_error([&] { zklock::session s{o}; }, zklock::errc::connect_timeout, o.connect);
+  EXPECT_GE(steady::now() - t0, o.connect_timeout) << "gave up before connect_timeout";
   EXPECT_LT(steady::now() - t0, 10s);
 }
 

@@ -180,6 +180,10 @@ struct combo {
   using shared_mutex = zklock::basic_shared_mutex<W, K>;
   using semaphore = zklock::basic_counting_semaphore<W, K>;
   using timed_mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
+  using timed_shared_mutex = zklock::basic_shared_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
+  using timed_semaphore = zklock::basic_counting_semaphore<W, K, zklock::timeout_throw_after<300>>;
+  /// The bound of the timed_ types' blocking calls.
+  static constexpr std::chrono::milliseconds timed_bound{300};
   /// Whether waiters set data watches, which the server's "wchp" lists (it omits children watches).
   static constexpr bool watches_nodes = W::kind == zklock::watch_kind::predecessor;
 };

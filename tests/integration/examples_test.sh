@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs the examples other than the counter demo against $ZKLOCK_TEST_ZK and fails if any of them
+# does: the README's API tour (example_tour); a writer and two readers of one cache file
+# (example_rw_cache: a reader that sees entries of two versions exits 1); two processes of three
+# workers on a 2-slot semaphore (example_worker_pool: more running jobs than slots exits 1).
+#   examples_test.sh EXAMPLES_DIR
+set -euo pipefail
+bin=$1
+: "${ZKLOCK_TEST_ZK:?needs ZKLOCK_TEST_ZK}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export ZOOKEEPER_HOSTS=$ZKLOCK_TEST_ZK
+id=$$
+
+echo "== example_tour"
+"$bin/example_tour"
+
+echo "== example_rw_cache: one writer, two readers"
+pids=()
+"$bin/example_rw_cache" "$work/cache" writer 8 "/zklock-examples/cache-$id" & pids+=($!)
+"$bin/example_rw_cache" "$work/cache" reader 8 "/zklock-examples/cache-$id" & pids+=($!)
+"$bin/example_rw_cache" "$work/cache" reader 8 "/zklock-examples/cache-$id" & pids+=($!)
+for p in "${pids[@]}"; do wait "$p"; done
+
+echo "== example_worker_pool: two processes x 3 workers, 2 slots"
+mkdir "$work/pool"
+pids=()
+"$bin/example_worker_pool" "$work/pool" 3 2 2 "/zklock-examples/pool-$id" & pids+=($!)
+"$bin/example_worker_pool" "$work/pool" 3 2 2 "/zklock-examples/pool-$id" & pids+=($!)
+for p in "${pids[@]}"; do wait "$p"; done
+left=$(find "$work/pool" -type f | wc -l)
+[[ $left -eq 0 ]] || { echo "worker_pool left $left job markers"; exit 1; }
+echo "== examples passed"

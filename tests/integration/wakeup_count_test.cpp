@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// What tells the watch strategies apart: how many waiters a release wakes. Counted by the hooks
+// (acquire_stats::wakeups) for every watch strategy x wake-up combination: with the predecessor
+// watch each release wakes only the waiter behind it (every waiter wakes exactly once); with the
+// children watch every waiter wakes on every join and leave (a herd). A semaphore release wakes
+// at most the first waiter and the one it pokes, never the whole queue.
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include "zk_test.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Wake-ups of every granted acquire, by lock path (the hooks are static: one book per process).
+struct wake_book {
+  std::mutex mu;
+  std::map<std::string, std::vector<std::size_t>> wakeups;  // in grant order
+  std::map<std::thread::id, std::vector<std::size_t>> failed;  // wake-ups of attempts that gave up, by thread
+};
+wake_book& book() {
+  static wake_book b;
+  return b;
+}
+
+struct wake_hooks {
+  static constexpr bool enabled = true;
+  static void on_acquire(const zklock::acquire_stats& s) noexcept {
+    std::lock_guard lk{book().mu};
+    if (s.acquired)
+      book().wakeups[std::string{s.path}].push_back(s.wakeups);
+    else
+      book().failed[std::this_thread::get_id()].push_back(s.wakeups);  // hooks run on the acquiring thread
+  }
+  static void on_release(const zklock::release_stats&) noexcept {}
+};
+
+template <class W, class K>
+struct counted {
+  using mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_forever, wake_hooks>;
+  using semaphore = zklock::basic_counting_semaphore<W, K, zklock::timeout_forever, wake_hooks>;
+  static constexpr bool predecessor = W::kind == zklock::watch_kind::predecessor;
+};
+using counted_combos = ::testing::Types<counted<zklock::watch_predecessor, zklock::wake_condition_variable>,
+                                        counted<zklock::watch_predecessor, zklock::wake_latch>,
+                                        counted<zklock::watch_children, zklock::wake_condition_variable>,
+                                        counted<zklock::watch_children, zklock::wake_latch>>;
+
+template <class C>
+class WakeupCount : public ::testing::Test {};
+TYPED_TEST_SUITE(WakeupCount, counted_combos);
+
+/// Waiter threads that each take a lock, report the grant, and release when told to.
+class relay {
+ public:
+  void granted(int who) {
+    std::lock_guard lk{mu_};
+    order_.push_back(who);
+    cv_.notify_all();
+  }
+  /// Blocks until `n` grants happened. Returns: the grant order so far.
+  std::vector<int> await_grants(std::size_t n) {
+    std::unique_lock lk{mu_};
+    cv_.wait(lk, [&] { return order_.size() >= n; });
+    return order_;
+  }
+  void allow_release(int who) {
+    std::lock_guard lk{mu_};
+    released_.push_back(who);
+    cv_.notify_all();
+  }
+  void await_release_permission(int who) {
+    std::unique_lock lk{mu_};
+    cv_.wait(lk, [&] {
+      for (int r : released_)
+        if (r == who) return true;
+      return false;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> order_;
+  std::vector<int> released_;
+};
+
+/// On a failed assertion: lets every waiter go and ends the holder's session, so that the waiter
+/// threads finish instead of blocking the test's end.
+struct unblock_on_exit {
+  relay& r;
+  zklock::session& holder;
+  int waiters;
+  ~unblock_on_exit() {
+    for (int i = 0; i < waiters; ++i) r.allow_release(i);
+    holder.close();
+  }
+};
+
+// A holder and four waiters queued one after the other; the holds are then handed down the queue
+// one release at a time.
+TYPED_TEST(WakeupCount, AMutexReleaseWakesOneWaiterOrTheHerd) {
+  constexpr int waiters = 4;
+  const auto path = zkt::unique_path("wake-mutex");
+  zklock::session hs{zkt::options()};
+  typename TypeParam::mutex holder{hs, path};
+  holder.lock();
+  relay r;
+  std::vector<std::jthread> threads;
+  unblock_on_exit guard{r, hs, waiters};
+  for (int i = 0; i < waiters; ++i) {
+    threads.emplace_back([&, i] {
+      zklock::session s{zkt::options()};
+      typename TypeParam::mutex m{s, path};
+      m.lock();
+      r.granted(i);
+      r.await_release_permission(i);
+      m.unlock();
+    });
+    ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(i) + 2));  // queued in this order
+  }
+  {
+    std::lock_guard lk{book().mu};
+    book().wakeups[path].clear();  // the holder's own grant
+  }
+  holder.unlock();
+  for (int i = 0; i < waiters; ++i) {
+    const auto order = r.await_grants(static_cast<std::size_t>(i) + 1);
+    ASSERT_EQ(order.back(), i) << "FIFO";
+    r.allow_release(i);
+  }
+  threads.clear();
+  std::vector<std::size_t> woke;
+  {
+    std::lock_guard lk{book().mu};
+    woke = book().wakeups[path];
+  }
+  ASSERT_EQ(woke.size(), static_cast<std::size_t>(waiters));
+  std::size_t total = 0;
+  for (auto w : woke) total += w;
+  if constexpr (TypeParam::predecessor) {
+    for (std::size_t i = 0; i < woke.size(); ++i)
+      EXPECT_EQ(woke[i], 1u) << "waiter " << i << ": a predecessor watch wakes once, at its turn";
+  } else {
+    // Every waiter wakes at least at its turn; the ones further back also at every join behind them
+    // and at every release ahead of them.
+    for (std::size_t i = 0; i < woke.size(); ++i) EXPECT_GE(woke[i], 1u) << "waiter " << i;
+    EXPECT_GT(total, woke.size()) << "a children watch wakes every waiter on every change";
+    EXPECT_GT(woke.back(), 1u) << "the last waiter saw only its own turn: no herd?";
+  }
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// Two leases held, four waiters queued. The leases are returned out of order (the second holder
+// first), and every granted waiter returns its lease at once. With the predecessor watch only the
+// first waiter watches the children (it also wakes at every join behind it); every later waiter
+// wakes at most twice (poked when the one ahead is granted, then once as the first waiter),
+// however long the queue: a release never wakes the whole queue.
+TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
+  constexpr int waiters = 4;
+  const auto path = zkt::unique_path("wake-sem");
+  zklock::session hs{zkt::options()};
+  typename TypeParam::semaphore holder{hs, path, 2};
+  holder.acquire();
+  holder.acquire();
+  relay r;
+  std::vector<std::jthread> threads;
+  unblock_on_exit guard{r, hs, waiters};
+  for (int i = 0; i < waiters; ++i) {
+    threads.emplace_back([&, i] {
+      zklock::session s{zkt::options()};
+      typename TypeParam::semaphore sem{s, path, 2};
+      sem.acquire();
+      r.granted(i);
+      r.await_release_permission(i);
+      sem.release();
+    });
+    ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(i) + 3));
+  }
+  {
+    std::lock_guard lk{book().mu};
+    book().wakeups[path].clear();
+  }
+  holder.release();  // returns the second lease first: out of order
+  r.await_grants(1);
+  holder.release();
+  r.await_grants(2);
+  for (int i = 0; i < waiters; ++i) r.allow_release(i);
+  threads.clear();
+  std::vector<std::size_t> woke;
+  {
+    std::lock_guard lk{book().mu};
+    woke = book().wakeups[path];
+  }
+  ASSERT_EQ(woke.size(), static_cast<std::size_t>(waiters));
+  std::size_t total = 0;
+  for (auto w : woke) total += w;
+  if constexpr (TypeParam::predecessor) {
+    // The first waiter watches the children: it also woke at the joins of the three behind it.
+    EXPECT_LE(woke[0], 1u + (waiters - 1)) << "waiter 0";
+    for (std::size_t i = 1; i < woke.size(); ++i) EXPECT_LE(woke[i], 2u) << "waiter " << i;
+  } else {
+    EXPECT_GT(total, woke.size()) << "a children watch wakes every waiter on every change";
+  }
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// try_lock_for keeps one deadline across every wake-up: ten contenders queue ahead of ours and give
+// up one after another, the nearest first, so that ours wakes and re-arms again and again. It still
+// returns false once its own wait has passed, not a wait after its last wake-up.
+TYPED_TEST(WakeupCount, OneDeadlineAcrossEveryWakeup) {
+  constexpr int ahead = 10;
+  constexpr auto wait = 400ms;
+  const auto path = zkt::unique_path("wake-deadline");
+  zklock::session hs{zkt::options()};
+  typename TypeParam::mutex holder{hs, path};
+  holder.lock();
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int k = 0; k < ahead; ++k) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  zklock::session ws{zkt::options()};
+  typename TypeParam::mutex waiter{ws, path};
+  {
+    std::lock_guard lk{book().mu};
+    book().failed.erase(std::this_thread::get_id());  // an earlier test's, on this thread
+  }
+  std::vector<std::jthread> quitters;
+  for (int k = 0; k < ahead; ++k) {
+    // the one queued last (just ahead of ours) gives up first; each gives up 60 ms after the one
+    // behind it, all of them while ours waits
+    const auto gives_up = std::chrono::milliseconds{60 * (ahead - k)} + 100ms;
+    quitters.emplace_back([&, s = sessions[static_cast<std::size_t>(k)].get(), gives_up] {
+      typename TypeParam::mutex m{*s, path};
+      EXPECT_FALSE(m.try_lock_for(gives_up));
+    });
+    ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(k) + 2));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(waiter.try_lock_for(wait));
+  const auto took = std::chrono::steady_clock::now() - start;
+  quitters.clear();
+  EXPECT_GE(took, wait);
+  EXPECT_LT(took, wait + 2s) << "the deadline moved with the wake-ups";
+  std::vector<std::size_t> failed;
+  {
+    std::lock_guard lk{book().mu};
+    failed = book().failed[std::this_thread::get_id()];
+  }
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_GE(failed.back(), 3u) << "ours should have woken at several give-ups ahead of it";
+  holder.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+}  // namespace
