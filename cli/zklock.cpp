@@ -436,50 +436,6 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
 
 // ---- ls ---------------------------------------------------------------------------------------
 
-/// Who a contender is, from its node's data.
-struct who {
-  std::string host;
-  std::optional<long long> pid;
-  std::optional<long long> since_ms;
-};
-
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  return out;
-}
-
-who parse_who(std::string_view data) {
-  who w;
-  bool ours = false;
-  std::string_view rest = data;
-  while (!rest.empty()) {
-    const auto sp = rest.find(' ');
-    const std::string_view word = rest.substr(0, sp);
-    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-    auto number = [](std::string_view v) -> std::optional<long long> {
-      long long n = 0;
-      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc{} || ptr != v.data() + v.size()) return std::nullopt;
-      return n;
-    };
-    if (word.starts_with("host=")) {
-      w.host = printable(word.substr(5));
-      ours = true;
-    } else if (word.starts_with("pid=")) {
-      w.pid = number(word.substr(4));
-    } else if (word.starts_with("since=")) {
-      w.since_ms = number(word.substr(6));
-    }
-  }
-  if (!ours) {  // e.g. Curator: the client's IP address as text
-    w = who{};
-    while (!data.empty() && (data.back() == ' ' || data.back() == '\n' || data.back() == '\0')) data.remove_suffix(1);
-    w.host = printable(data);
-  }
-  return w;
-}
-
 /// Returns: `ms` since the epoch as ISO 8601 UTC, e.g. "2025-01-31T12:00:00.250Z".
 std::string iso_time(long long ms_since_epoch) {
   const long long secs = ms_since_epoch >= 0 ? ms_since_epoch / 1000 : (ms_since_epoch - 999) / 1000;
@@ -527,66 +483,31 @@ const char* kind_name(zklock::detail::contender_kind k) {
 
 constexpr unsigned all_kinds = 0xf;
 
-/// Returns: the leases stored on a semaphore node ("leases=N"), if any.
-std::optional<std::size_t> stored_leases(zklock::session& s, const std::string& path) {
-  const auto info = zklock::detail::read_node(s, path);
-  if (!info || !info->data.starts_with("leases=")) return std::nullopt;
-  std::size_t n = 0;
-  const char* end = info->data.data() + info->data.size();
-  const auto [ptr, ec] = std::from_chars(info->data.data() + 7, end, n);
-  if (ec != std::errc{} || ptr != end) return std::nullopt;
-  return n;
+/// Returns: the KIND column of `zklock ls` for a contender of side `s` ("lock" for a mutex, as the
+/// node names say).
+const char* side_name(zklock::contender_side s) {
+  return s == zklock::contender_side::mutex ? "lock" : zklock::to_string(s);
 }
 
 int cmd_ls(const options& o) {
-  namespace d = zklock::detail;
   auto s = open_session(o);
-  const auto deadline = steady::now() + o.connect_timeout;
-  const auto listing = d::list_children(*s, o.path, nullptr, deadline);
-  if (!listing) throw exit_error{exit_code::unavailable, "timed out listing " + o.path};
-
-  struct row {
-    d::contender c;
-    d::node_info info;
-    std::string state;
+  const auto rows = zklock::contenders(*s, o.path);  // the library's own view of the queue
+  auto since_ms = [](const zklock::contender_info& c) -> std::optional<long long> {
+    if (!c.who.since) return std::nullopt;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(c.who.since->time_since_epoch()).count();
   };
-  std::vector<row> rows;
-  for (auto& c : d::sorted_contenders(*listing, all_kinds))
-    if (auto info = d::read_node(*s, o.path + "/" + c.name)) rows.push_back({c, std::move(*info), {}});
-
-  // States, by the rules of the library, among the contenders still there.
-  std::vector<std::string> names;
-  for (const auto& r : rows) names.push_back(r.c.name);
-  auto mark = [&](unsigned kinds, auto&& held) {
-    const auto queue = d::sorted_contenders(names, kinds);
-    for (std::size_t i = 0; i < queue.size(); ++i)
-      for (auto& r : rows)
-        if (r.c.name == queue[i].name) r.state = held(queue, i) ? "holder" : "waiter";
-  };
-  mark(d::exclusive_rule::kinds, [](const auto& q, std::size_t i) { return d::exclusive_rule{}(q, i).held; });
-  mark(d::read_rule::kinds, [](const auto& q, std::size_t i) {
-    return q[i].kind == d::contender_kind::read ? d::read_rule{}(q, i).held : d::write_rule{}(q, i).held;
-  });
-  if (std::any_of(rows.begin(), rows.end(), [](const row& r) { return r.c.kind == d::contender_kind::lease; })) {
-    if (const auto leases = stored_leases(*s, o.path)) {
-      mark(d::semaphore_rule::kinds, [&](const auto& q, std::size_t i) { return d::semaphore_rule{*leases}(q, i).held; });
-    } else {
-      for (auto& r : rows)
-        if (r.c.kind == d::contender_kind::lease) r.state = "unknown";  // no lease count stored
-    }
-  }
 
   if (o.json) {
-    std::size_t pos = 0;
     for (const auto& r : rows) {
-      const who w = parse_who(r.info.data);
-      std::string line = "{\"path\":" + json_string(o.path) + ",\"position\":" + std::to_string(++pos) +
-                         ",\"state\":" + json_string(r.state) + ",\"kind\":" + json_string(kind_name(r.c.kind)) +
-                         ",\"token\":" + std::to_string(r.info.czxid) + ",\"host\":" + json_string(w.host) +
-                         ",\"pid\":" + (w.pid ? std::to_string(*w.pid) : "null") +
-                         ",\"since\":" + (w.since_ms ? json_string(iso_time(*w.since_ms)) : "null") +
-                         ",\"since_ms\":" + (w.since_ms ? std::to_string(*w.since_ms) : "null") +
-                         ",\"node\":" + json_string(r.c.name) + "}\n";
+      const auto ms = since_ms(r);
+      std::string line = "{\"path\":" + json_string(o.path) + ",\"position\":" + std::to_string(r.position + 1) +
+                         ",\"state\":" + json_string(zklock::to_string(r.state)) +
+                         ",\"kind\":" + json_string(side_name(r.side)) + ",\"token\":" + std::to_string(r.token) +
+                         ",\"host\":" + json_string(r.who.host) +
+                         ",\"pid\":" + (r.who.pid ? std::to_string(*r.who.pid) : "null") +
+                         ",\"since\":" + (ms ? json_string(iso_time(*ms)) : "null") +
+                         ",\"since_ms\":" + (ms ? std::to_string(*ms) : "null") +
+                         ",\"node\":" + json_string(r.node) + "}\n";
       std::fputs(line.c_str(), stdout);
     }
     return exit_code::ok;
@@ -596,12 +517,11 @@ int cmd_ls(const options& o) {
     return exit_code::ok;
   }
   std::vector<std::vector<std::string>> table{{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "NODE"}};
-  std::size_t pos = 0;
   for (const auto& r : rows) {
-    const who w = parse_who(r.info.data);
-    table.push_back({std::to_string(++pos), r.state, kind_name(r.c.kind), std::to_string(r.info.czxid),
-                     w.host.empty() ? "-" : w.host, w.pid ? std::to_string(*w.pid) : "-",
-                     w.since_ms ? iso_time(*w.since_ms) : "-", r.c.name});
+    const auto ms = since_ms(r);
+    table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), side_name(r.side),
+                     std::to_string(r.token), r.who.host.empty() ? "-" : r.who.host,
+                     r.who.pid ? std::to_string(*r.who.pid) : "-", ms ? iso_time(*ms) : "-", r.node});
   }
   std::vector<std::size_t> width(table.front().size(), 0);
   for (const auto& line : table)

@@ -17,6 +17,7 @@ import :session;
 
 export namespace zklock::detail {
 
+/// The clock of every deadline in zklock (try_lock_until converts other clocks to it once).
 using clock = std::chrono::steady_clock;
 
 // ---- pure logic (unit-tested without a server) ------------------------------------------------
@@ -35,9 +36,9 @@ std::string_view marker(contender_kind k) noexcept;
 
 /// One contender node, as listed.
 struct contender {
-  std::string name;
-  std::int32_t seq = 0;
-  contender_kind kind = contender_kind::lock;
+  std::string name;                            ///< the child's name under the lock node
+  std::int32_t seq = 0;                        ///< its sequence number (the last 10 digits)
+  contender_kind kind = contender_kind::lock;  ///< which side it stands for
 };
 
 /// Returns: the contender a child name stands for, or nullopt if the name is not a contender
@@ -69,7 +70,10 @@ std::string contender_prefix(contender_kind k);
 /// closed. The last waiter to leave removes the watch from the server.
 class wake_target {
  public:
+  /// Effects: none (targets are shared; the last owner destroys them).
   virtual ~wake_target() = default;
+  /// Effects: wakes whoever waits on this target; called on ZooKeeper's event thread (or by the
+  /// session when it ends), so it must not block. Never throws.
   virtual void wake() noexcept = 0;
   /// Set (before wake()) when the watch fired because its node was deleted; the engine clears it
   /// before each wait. Lets a waiter that knows the deletion decides the rule skip the re-listing.
@@ -98,7 +102,7 @@ std::optional<held_node> create_contender(session& s, const std::string& lock_pa
 
 /// A contender node and, when it came with it, the listing of its lock node.
 struct queued_node {
-  held_node node;
+  held_node node;                                   ///< our new contender node
   std::optional<std::vector<std::string>> listing;  ///< nullopt: list again
 };
 
@@ -119,7 +123,11 @@ std::optional<std::vector<std::string>> list_children(session& s, const std::str
                                                       clock::time_point deadline);
 
 /// What an exists-watch found.
-enum class node_seen { gone, present, modified };
+enum class node_seen {
+  gone,     ///< the node does not exist (no watch was armed)
+  present,  ///< it exists, unchanged since its creation (watch armed)
+  modified  ///< it exists and its data was set since (watch armed): a semaphore's poke
+};
 
 /// Effects: arms a data watch on `path` waking `watcher` (none if the node is missing).
 /// Returns: whether the node is gone, present, or present and modified since creation; nullopt if

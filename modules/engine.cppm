@@ -55,8 +55,8 @@ namespace detail {
 /// What one acquire attempt did (for hooks; counted only when asked for).
 struct acquire_counters {
   std::size_t position = 0;  ///< contenders ahead at the first listing
-  std::size_t wakeups = 0;
-  std::size_t requests = 0;
+  std::size_t wakeups = 0;   ///< watch firings that made the attempt look again
+  std::size_t requests = 0;  ///< ZooKeeper requests the attempt sent
 };
 
 /// A granted contender node and the loss signal of its hold.
@@ -218,6 +218,7 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
 template <ReentrancyPolicy R>
 class hold_book {
  public:
+  /// What begin() decided: the caller re-entered its hold, or must run the algorithm.
   enum class start { reentered, acquire };
 
   /// Effects: re-enters a hold of the caller, or reserves the caller's slot for an acquire
@@ -346,7 +347,9 @@ class hold_book {
 template <WatchStrategy W, WakeupPolicy K, ReentrancyPolicy R, Hooks H = no_hooks>
 class lock_side {
  public:
+  /// Effects: a side of the lock node `path` (which must outlive it) on session `s`; no request.
   lock_side(session& s, const std::string& path) : s_(s), path_(path) {}
+  /// Effects: releases every hold still recorded (never throws).
   ~lock_side() {
     // A node both sides hold (downgrade) is deleted twice: the second delete finds nothing.
     for (auto& n : book_.take_all()) release_node(s_, n);
@@ -468,6 +471,7 @@ class lock_side {
   hold_book<R> book_;
 };
 
+/// Returns: `path`, once validate_path accepted it. Throws: std::invalid_argument for a bad path.
 inline std::string checked_path(std::string path) {
   validate_path(path, "lock path");
   return path;
@@ -604,14 +608,17 @@ class basic_shared_mutex {
     if (!try_lock_until_impl(T::lock_deadline(detail::clock::now())))
       throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
   }
-  /// Effects, Returns: one attempt at the write side without waiting.
+  /// Effects, Returns: one attempt at the write side without waiting. Throws: as lock(), but never
+  /// lock_timeout.
   bool try_lock() { return try_lock_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for the write side. Throws: std::invalid_argument if `d` < 0.
+  /// Effects, Returns: waits at most `d` for the write side. Throws: as try_lock();
+  /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
     return try_lock_until_impl(detail::deadline_after(d, "try_lock_for"));
   }
   /// Effects, Returns: waits until `t` at most for the write side (a past `t`: one attempt).
+  /// Throws: as try_lock().
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
     return try_lock_until_impl(detail::steady_deadline(t));
@@ -624,14 +631,17 @@ class basic_shared_mutex {
     if (!try_lock_shared_until_impl(T::lock_deadline(detail::clock::now())))
       throw_error(errc::lock_timeout, "zklock: lock_shared() on " + path_);
   }
-  /// Effects, Returns: one attempt at the read side without waiting.
+  /// Effects, Returns: one attempt at the read side without waiting. Throws: as lock_shared(), but
+  /// never lock_timeout.
   bool try_lock_shared() { return try_lock_shared_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for the read side. Throws: std::invalid_argument if `d` < 0.
+  /// Effects, Returns: waits at most `d` for the read side. Throws: as try_lock_shared();
+  /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
     return try_lock_shared_until_impl(detail::deadline_after(d, "try_lock_shared_for"));
   }
   /// Effects, Returns: waits until `t` at most for the read side (a past `t`: one attempt).
+  /// Throws: as try_lock_shared().
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
     return try_lock_shared_until_impl(detail::steady_deadline(t));
@@ -706,14 +716,17 @@ class basic_counting_semaphore {
     if (!try_acquire_until_impl(T::lock_deadline(detail::clock::now())))
       throw_error(errc::lock_timeout, "zklock: acquire() on " + path_);
   }
-  /// Effects, Returns: one attempt without waiting: whether a lease was granted.
+  /// Effects, Returns: one attempt without waiting: whether a lease was granted. Throws: as
+  /// acquire(), but never lock_timeout.
   bool try_acquire() { return try_acquire_until_impl(detail::clock::now()); }
-  /// Effects, Returns: waits at most `d` for a lease. Throws: std::invalid_argument if `d` < 0.
+  /// Effects, Returns: waits at most `d` for a lease. Throws: as try_acquire();
+  /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
     return try_acquire_until_impl(detail::deadline_after(d, "try_acquire_for"));
   }
   /// Effects, Returns: waits until `t` at most for a lease (a past `t`: one attempt).
+  /// Throws: as try_acquire().
   template <class Clock, class Duration>
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
     return try_acquire_until_impl(detail::steady_deadline(t));

@@ -11,6 +11,7 @@ export import :timeout;     // policy: how long a blocking lock() waits
 export import :hooks;       // policy: observability (wait, hold, queue position, wake-ups, requests)
 export import :engine;      // basic_mutex, basic_shared_mutex, basic_counting_semaphore: one algorithm
 export import :aliases;     // mutex, recursive_mutex, owner_mutex, shared_mutex, counting_semaphore
+export import :inspect;     // contenders(): who holds a lock node and who waits (what `zklock ls` prints)
 
 // Implementation vocabulary, reachable by the templates above but not meant for users.
 export import :detail;

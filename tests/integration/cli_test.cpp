@@ -634,6 +634,45 @@ TEST(CliExec, ForwardsSignalsToCommand) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// Every signal zklock passes on (HUP, INT, QUIT, TERM, USR1, USR2) reaches CMD while it runs; the
+// ones CMD traps leave it running and zklock waiting for it.
+TEST(CliExec, ForwardsEveryPassedSignal) {
+  const auto path = zkt::unique_path("cli-signal-all");
+  scratch_dir dir;
+  const std::string stop = (dir.path / "stop").string();
+  // CMD runs until the file `stop` appears (a trap would end a `read`, so it looks every 20 ms).
+  zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c",
+                "for s in HUP INT QUIT USR1 USR2; do trap \"echo $s\" $s; done; echo ready; "
+                "while [ ! -e '" + stop + "' ]; do sleep 0.02; done; exit 7"}};
+  ASSERT_EQ(r.read_line(), "ready") << r.err();
+  for (const auto& [sig, name] : std::vector<std::pair<int, std::string>>{
+           {SIGHUP, "HUP"}, {SIGINT, "INT"}, {SIGQUIT, "QUIT"}, {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}}) {
+    r.signal(sig);
+    EXPECT_EQ(r.read_line(), name) << r.err();
+  }
+  EXPECT_FALSE(r.exited());
+  std::ofstream{stop}.put('\n');
+  EXPECT_EQ(run(r), 7) << r.err();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// zklock killed outright (SIGKILL: nothing can be passed on): CMD is stopped with the kill signal,
+// since nothing guarantees its lock any more.
+TEST(CliExec, CommandIsStoppedWhenZklockDies) {
+  const auto path = zkt::unique_path("cli-orphan");
+  zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", "echo $$; exec sleep 60"}};
+  const auto line = r.read_line();
+  ASSERT_TRUE(line) << r.err();
+  const pid_t cmd = static_cast<pid_t>(std::stol(*line));
+  const int cmd_fd = static_cast<int>(::syscall(SYS_pidfd_open, cmd, 0));
+  ASSERT_GE(cmd_fd, 0) << "CMD is not running";
+  r.signal(SIGKILL);
+  EXPECT_EQ(run(r), 256 + SIGKILL);
+  pollfd p{cmd_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 30'000), 1) << "CMD outlived zklock";
+  ::close(cmd_fd);
+}
+
 TEST(CliExec, SignalWhileWaitingGivesUpTheWait) {
   const auto path = zkt::unique_path("cli-signal-wait");
   holder h{path};
@@ -793,11 +832,15 @@ TEST(CliWait, ReturnsOnceTheLockIsFree) {
   const auto path = zkt::unique_path("cli-wait");
   zklock_run free_now{{"wait", "--connect", zkt::connect(), path}};
   EXPECT_EQ(run(free_now), 0) << free_now.err();
+  zklock_run free_at_once{{"wait", "--connect", zkt::connect(), "--timeout", "0", path}};
+  EXPECT_EQ(run(free_at_once), 0) << free_at_once.err();
 
   holder h{path};
   h.held();
   zklock_run bounded{{"wait", "--connect", zkt::connect(), "--timeout", "300ms", path}};
   EXPECT_EQ(run(bounded), 124) << bounded.err();
+  zklock_run at_once{{"wait", "--connect", zkt::connect(), "--timeout", "0", path}};
+  EXPECT_EQ(run(at_once), 124) << at_once.err();
 
   zklock_run waiter{{"wait", "--verbose", "--connect", zkt::connect(), path}};
   // --verbose says "waiting" once the children watch is armed (stderr is a file: poll it).

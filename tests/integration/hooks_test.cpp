@@ -66,6 +66,7 @@ TEST_F(Hooks, UncontendedAcquireCostsTwoRequestsAndReportsTheHold) {
     log().paths.clear();
   }
   m.lock();
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});  // the work under the lock
   m.unlock();
   std::lock_guard lk{log().mu};
   ASSERT_EQ(log().acquires.size(), 1u);
@@ -76,7 +77,8 @@ TEST_F(Hooks, UncontendedAcquireCostsTwoRequestsAndReportsTheHold) {
   EXPECT_EQ(a.requests, 2u);  // create + list, sent back to back (the release's delete is the third)
   EXPECT_EQ(log().paths[0], path);
   ASSERT_EQ(log().releases.size(), 1u);
-  EXPECT_GE(log().releases[0].held.count(), 0);
+  EXPECT_GE(log().releases[0].held, std::chrono::milliseconds{50}) << "the hold time must cover the work";
+  EXPECT_LT(log().releases[0].held, std::chrono::seconds{30});
 }
 
 TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
@@ -110,6 +112,31 @@ TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
   // deletion of the one ahead decides, our node still standing: no second list
   EXPECT_EQ(w.requests, 4u);
   EXPECT_GT(w.wait, log().acquires[0].wait);
+}
+
+// A timed try that gives up reports its whole wait, its place and what it sent, with acquired false.
+TEST_F(Hooks, ATimedOutTryReportsItsWait) {
+  zklock::session a{zkt::options()}, b{zkt::options()};
+  const auto path = zkt::unique_path("hooks-timed");
+  observed holder{a, path}, other{b, path};
+  other.lock();  // warm the path up in b's session (ACL check)
+  other.unlock();
+  holder.lock();
+  {
+    std::lock_guard lk{log().mu};
+    log().acquires.clear();
+  }
+  EXPECT_FALSE(other.try_lock_for(std::chrono::milliseconds{200}));
+  holder.unlock();
+  std::lock_guard lk{log().mu};
+  ASSERT_EQ(log().acquires.size(), 1u);
+  const auto& t = log().acquires[0];
+  EXPECT_FALSE(t.acquired);
+  EXPECT_GE(t.wait, std::chrono::milliseconds{200});
+  EXPECT_EQ(t.queue_position, 1u);
+  EXPECT_EQ(t.wakeups, 0u);
+  // create + list, the two watches (ours and the holder's node), the watch removal
+  EXPECT_EQ(t.requests, 5u);
 }
 
 TEST_F(Hooks, AFailedTryIsReported) {
