@@ -126,6 +126,16 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
   // meanwhile, and none of the rules' verdicts depends on those): a deletion event then decides
   // without listing again.
   std::optional<verdict> once_gone;
+  // Whether our node still stands: its watch is armed and has not fired (a deletion of it reaches
+  // us before the reply or event of any request sent after that watch).
+  auto own_node_stands = [&] { return at.guard && at.guard->watch_armed() && !at.guard->fired(); };
+  auto grant_once_gone = [&] {
+    if (once_gone->poke_successor) {
+      touch_node(s, *node);
+      sent();
+    }
+    return at.granted();
+  };
   for (;;) {
     if (!listing) return std::nullopt;  // deadline
     const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
@@ -188,6 +198,12 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
       sent();
       const auto seen = watch_node(s, target, at.waiter, deadline);
       if (!seen) return std::nullopt;
+      if (*seen == node_seen::gone && once_gone && own_node_stands()) {
+        // Gone before our watch reached it (its holder released meanwhile): as good as its deletion
+        // event, and our own node provably stands (its watch's reply and events came first).
+        at.watched.clear();
+        return grant_once_gone();
+      }
       if (*seen != node_seen::present) {  // already gone (no watch set) or granted meanwhile
         if (*seen == node_seen::gone) at.watched.clear();
         sent();
@@ -202,13 +218,7 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
     waits = false;
     // The rule already said: held once that node is gone, if ours still stands (its watch is armed
     // and has not fired: a deletion of our node would have reached us before this event).
-    if (watched_node_gone && once_gone && at.guard && at.guard->watch_armed() && !at.guard->fired()) {
-      if (once_gone->poke_successor) {
-        touch_node(s, *node);
-        sent();
-      }
-      return at.granted();
-    }
+    if (watched_node_gone && once_gone && own_node_stands()) return grant_once_gone();
     sent();
     listing = list_children(s, lock_path, nullptr, deadline);
   }

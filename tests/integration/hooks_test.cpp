@@ -99,7 +99,13 @@ TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
     waiter.lock();
     waiter.unlock();
   }};
-  while (zkt::children(path).size() < 2) std::this_thread::yield();
+  {  // both of the waiter's watches are armed: its own node's and the holder's
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+    while (zkt::watches_below(path, b).size() < 2) {
+      ASSERT_LT(std::chrono::steady_clock::now(), limit) << "the waiter never watched the holder's node";
+      std::this_thread::yield();
+    }
+  }
   holder.unlock();
   t.join();
   std::lock_guard lk{log().mu};
