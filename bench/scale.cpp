@@ -8,10 +8,16 @@
 // 2. For each W in --waiters: a holder plus W waiters on one lock (W threads, each with its own lock
 //    object, spread over --sessions sessions), all queued before the holder lets go; then the queue
 //    drains (each waiter releases as soon as it holds). Reports the handoff latency (from one
-//    grant's release to the next grant), server requests per handoff, resident memory per waiter,
+//    grant's release to the next grant; its mean per tenth of the drain shows whether it depends on
+//    the queue left), server requests per handoff during the drain (the server's "mntr"
+//    zk_packets_received, every session's pings included), requests and wake-ups per acquire (the
+//    hooks, the queueing included), resident memory per waiter,
 //    and the longest listing the server sent (bytes), for the predecessor watch at every W and the
 //    children watch at the smallest W.
 // One JSON object per line on stdout; progress on stderr. Nothing is asserted: a benchmark.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +86,28 @@ std::int64_t rss_bytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
+/// Returns: `key`'s value in the server's "mntr" answer (the first host of --zk), or -1.
+long long mntr(const std::string& key) {
+  const auto colon = cfg.zk.find(':');
+  const auto end = cfg.zk.find_first_of(",/", colon);
+  const std::string host = cfg.zk.substr(0, colon);
+  const int port = std::stoi(cfg.zk.substr(colon + 1, end == std::string::npos ? std::string::npos : end - colon - 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &a.sin_addr);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::write(fd, "mntr", 4) == 4) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const auto at = answer.find(key + "\t");
+  return at == std::string::npos ? -1 : std::atoll(answer.c_str() + at + key.size() + 1);
+}
+
 zklock::session_options options(bool background) {
   zklock::session_options o;
   o.connect = cfg.zk;
@@ -131,9 +159,11 @@ class raw_view {
 void many_locks(const std::string& base) {
   zklock::session s{options(false)};
   const auto rss0 = rss_bytes();
-  std::vector<std::unique_ptr<zklock::mutex>> locks;
+  // owner_mutex: the thread that unlocks a lock below need not be the one that locked it
+  std::vector<std::unique_ptr<zklock::owner_mutex>> locks;
   locks.reserve(static_cast<std::size_t>(cfg.locks));
-  for (int i = 0; i < cfg.locks; ++i) locks.push_back(std::make_unique<zklock::mutex>(s, base + "/l" + std::to_string(i)));
+  for (int i = 0; i < cfg.locks; ++i)
+    locks.push_back(std::make_unique<zklock::owner_mutex>(s, base + "/l" + std::to_string(i)));
   const auto rss_constructed = rss_bytes();
   auto run = [&](bool lock_them) {
     std::atomic<int> next{0};
@@ -163,7 +193,7 @@ void many_locks(const std::string& base) {
       "\"rss_per_lock_object_bytes\":%.0f,\"rss_per_held_lock_bytes\":%.0f,"
       "\"first_lock_all_ms\":%.0f,\"first_locks_s\":%.0f,\"unlock_all_ms\":%.0f,"
       "\"relock_all_ms\":%.0f,\"relocks_s\":%.0f}\n",
-      cfg.locks, cfg.threads, sizeof(zklock::mutex), double(rss_constructed - rss0) / cfg.locks,
+      cfg.locks, cfg.threads, sizeof(zklock::owner_mutex), double(rss_constructed - rss0) / cfg.locks,
       double(rss_held - rss_constructed) / cfg.locks, lock_ms, cfg.locks / (lock_ms / 1000), unlock_ms, relock_ms,
       cfg.locks / (relock_ms / 1000));
   std::fflush(stdout);
@@ -231,19 +261,41 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
     if (clock_type::now() - fill_start > 120s) throw std::runtime_error("the queue never filled");
     std::this_thread::sleep_for(20ms);  // polling the server while threads start
   }
+  // ... and every waiter waits: its watch is armed (predecessor: a data watch on the one ahead each,
+  // and the second in line one on its own node too, which shares the server watch of the one
+  // behind it if both wait in one session; children: one children watch per session).
+  // Until then the drain would compete with waiters still reading their first listing.
+  const long long armed = Watch::kind == zklock::watch_kind::predecessor ? waiters : cfg.sessions;
+  for (long long seen; (seen = mntr("zk_watch_count")) < armed;) {
+    if (clock_type::now() - fill_start > 120s) {
+      std::fprintf(stderr, "scale: only %lld of %lld watches armed\n", seen, armed);
+      std::_Exit(1);  // waiter threads are still blocked
+    }
+    std::this_thread::sleep_for(20ms);  // polling the server while threads start
+  }
   const double fill_ms = ms_since(fill_start);
   const auto rss_queued = rss_bytes();
   const std::size_t listing_bytes = raw.listing(path).second;
+  const long long packets0 = mntr("zk_packets_received");
   const auto t0 = clock_type::now();
   holder.unlock();
   for (auto& t : ts) t.join();
   const double drain_ms = ms_since(t0);
+  const long long packets1 = mntr("zk_packets_received");
   // handoff i: from the previous holder's release to this grant (grants are in queue order)
   std::sort(grants.begin(), grants.end());
   std::sort(releases.begin(), releases.end());
   std::vector<double> handoff_us;
   for (std::size_t i = 1; i < grants.size(); ++i)
     handoff_us.push_back(std::chrono::duration<double, std::micro>(grants[i] - releases[i - 1]).count());
+  // the mean handoff in each tenth of the drain (first tenth: the longest queue left)
+  std::string deciles;
+  for (std::size_t d = 0; d < 10 && !handoff_us.empty(); ++d) {
+    const std::size_t from = d * handoff_us.size() / 10, to = (d + 1) * handoff_us.size() / 10;
+    double sum = 0;
+    for (std::size_t i = from; i < to; ++i) sum += handoff_us[i];
+    deciles += (d ? "," : "") + std::to_string(static_cast<long>(to > from ? sum / double(to - from) : 0));
+  }
   std::sort(handoff_us.begin(), handoff_us.end());
   auto pct = [&](double p) {
     return handoff_us.empty() ? 0.0 : handoff_us[std::min(handoff_us.size() - 1, std::size_t(p * handoff_us.size()))];
@@ -251,9 +303,11 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
   std::printf(
       "{\"scenario\":\"long_queue\",\"watch\":\"%s\",\"waiters\":%d,\"sessions\":%d,\"fill_ms\":%.0f,"
       "\"drain_ms\":%.0f,\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,"
-      "\"requests_per_handoff\":%.2f,\"wakeups_per_handoff\":%.2f,\"rss_per_waiter_bytes\":%.0f,"
+      "\"handoff_mean_us_by_decile\":[%s],\"server_requests_per_handoff\":%.2f,"
+      "\"requests_per_acquire\":%.2f,\"wakeups_per_acquire\":%.2f,\"rss_per_waiter_bytes\":%.0f,"
       "\"sizeof_mutex\":%zu,\"listing_bytes\":%zu}\n",
       watch_name, waiters, cfg.sessions, fill_ms, drain_ms, waiters / (drain_ms / 1000), pct(0.5), pct(0.9),
+      deciles.c_str(), packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / waiters,
       double(g_requests) / std::max<std::uint64_t>(1, g_acquires), double(g_wakeups) / std::max<std::uint64_t>(1, g_acquires),
       double(rss_queued - rss0) / waiters, sizeof(counted_mutex<Watch>), listing_bytes);
   std::fflush(stdout);

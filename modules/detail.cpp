@@ -12,10 +12,8 @@ module;
 #include <string_view>
 #include <vector>
 #include <unistd.h>
+#include <utility>
 #include <range/v3/action/sort.hpp>
-#include <range/v3/range/conversion.hpp>
-#include <range/v3/view/filter.hpp>
-#include <range/v3/view/transform.hpp>
 module zklock;
 
 namespace zklock::detail {
@@ -61,33 +59,44 @@ std::string_view marker(contender_kind k) noexcept {
   return "lock-";
 }
 
-std::optional<contender> parse_contender(std::string_view name) {
+namespace {
+/// Returns: the contender a name stands for, without copying the name (kind and seq only).
+std::optional<std::pair<contender_kind, std::int32_t>> parse_name(std::string_view name) noexcept {
   // ZooKeeper appends the parent's counter as printf("%010d"): ten digits, or '-' and up to ten
-  // digits once the counter has wrapped negative ("-000000001", "-2147483648").
-  for (auto k : {contender_kind::lock, contender_kind::read, contender_kind::write, contender_kind::lease}) {
-    const auto m = marker(k);
-    const auto pos = name.rfind(m);
-    if (pos == std::string_view::npos) continue;
-    const auto seq_text = name.substr(pos + m.size());
-    if (seq_text.size() != 10 && !(seq_text.size() == 11 && seq_text.front() == '-')) continue;
-    if (seq_text.front() != '-' && (seq_text.front() < '0' || seq_text.front() > '9')) continue;
-    std::int32_t seq = 0;
-    const char* last = seq_text.data() + seq_text.size();
-    auto [ptr, ec] = std::from_chars(seq_text.data(), last, seq);
-    if (ec != std::errc{} || ptr != last) continue;
-    return contender{std::string{name}, seq, k};
+  // digits once the counter has wrapped negative ("-000000001", "-2147483648"). The marker comes
+  // right before it.
+  for (std::size_t len : {std::size_t{10}, std::size_t{11}}) {
+    if (name.size() <= len) break;
+    const auto seq_text = name.substr(name.size() - len);
+    if (len == 11 ? seq_text.front() != '-' : (seq_text.front() != '-' && (seq_text.front() < '0' || seq_text.front() > '9')))
+      continue;
+    const auto head = name.substr(0, name.size() - len);
+    for (auto k : {contender_kind::lock, contender_kind::read, contender_kind::write, contender_kind::lease}) {
+      if (!head.ends_with(marker(k))) continue;
+      std::int32_t seq = 0;
+      const char* last = seq_text.data() + seq_text.size();
+      const auto [ptr, ec] = std::from_chars(seq_text.data(), last, seq);
+      if (ec == std::errc{} && ptr == last) return std::pair{k, seq};
+    }
   }
   return std::nullopt;
 }
+}  // namespace
+
+std::optional<contender> parse_contender(std::string_view name) {
+  const auto p = parse_name(name);
+  if (!p) return std::nullopt;
+  return contender{std::string{name}, p->second, p->first};
+}
 
 std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds) {
-  auto wanted = [kinds](const std::optional<contender>& c) {
-    return c && (kinds & (1u << static_cast<unsigned>(c->kind))) != 0;
-  };
-  auto out = children | ranges::views::transform([](const std::string& n) { return parse_contender(n); }) |
-             ranges::views::filter(wanted) |
-             ranges::views::transform([](const std::optional<contender>& c) { return *c; }) |
-             ranges::to<std::vector>();
+  // One pass: every name is parsed once and copied only if it is a wanted contender (a listing of
+  // a long queue is long: this runs on every wake-up of a waiter that is not second in line).
+  std::vector<contender> out;
+  out.reserve(children.size());
+  for (const auto& n : children)
+    if (const auto p = parse_name(n); p && (kinds & (1u << static_cast<unsigned>(p->first))) != 0)
+      out.push_back(contender{n, p->second, p->first});
   return std::move(out) |
          ranges::actions::sort([](const contender& a, const contender& b) { return seq_before(a.seq, b.seq); });
 }
