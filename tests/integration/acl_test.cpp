@@ -241,6 +241,48 @@ TEST_F(Acl, WithoutCredentialsEverythingStaysOpen) {
   zkt::remove(base);
 }
 
+// The lock node's ACL changes under a holder so that its delete is refused (NOAUTH): unlock()
+// cannot throw, so the refusal goes to the log handler, clearly; the node stays until the session
+// ends, and the session goes on working.
+TEST_F(Acl, ARefusedReleaseIsReportedToTheLogHandler) {
+  const std::string path = zkt::unique_path("acl-refused-delete");
+  std::mutex mu;
+  std::vector<std::string> lines;
+  zklock::set_log_handler([&](std::string_view line) {
+    std::lock_guard lk{mu};
+    lines.emplace_back(line);
+  });
+  {
+    zklock::session s{as("alice")};
+    zklock::mutex m{s, path};
+    m.lock();
+    const auto held = zkt::children(path);
+    ASSERT_EQ(held.size(), 1u);
+    zkt::raw_client alice_raw{"alice", "pw"};  // alice's identity has ADMIN on the lock node
+    ASSERT_EQ(alice_raw.set_world_acl(path, zkt::perm::all & ~zkt::perm::remove), 0);
+    m.unlock();  // never throws
+    EXPECT_FALSE(m.owns_lock());
+    s.flush();
+    EXPECT_EQ(zkt::children(path), held) << "the server refused the delete: the node stays";
+    {
+      std::lock_guard lk{mu};
+      bool reported = false;
+      for (const auto& l : lines)
+        if (l.find("refused to delete " + path + "/" + held[0]) != std::string::npos &&
+            l.find(std::to_string(znoauth)) != std::string::npos)
+          reported = true;
+      EXPECT_TRUE(reported) << "no log line reports the refused delete";
+    }
+    zklock::mutex other{s, path + "-other"};  // the session still works
+    other.lock();
+    other.unlock();
+    ASSERT_EQ(alice_raw.set_world_acl(path, zkt::perm::all), 0);
+  }  // the session ends: its ephemeral node goes with it
+  zklock::set_log_handler({});
+  EXPECT_TRUE(zkt::children(path).empty());
+  zkt::default_client_log_level();
+}
+
 TEST_F(Acl, ALockNodeThatWouldRefuseOurDeleteRefusesToQueue) {
   // A lock node whose ACL lets others create children but not delete them (not one zklock makes):
   // a contender could queue and then never leave. zklock reads the lock node's ACL at its first

@@ -2,10 +2,12 @@
 // Mutual exclusion and FIFO fairness, for every watch strategy x wake-up combination.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include "zk_test.hpp"
@@ -89,7 +91,7 @@ TYPED_TEST(MutualExclusion, FifoAcrossSessions) {
       std::lock_guard lk{order_mu};
       order.push_back(i);
     });
-    while (zkt::children(path).size() == before) std::this_thread::yield();
+    ASSERT_TRUE(zkt::await_children(path, before + 1)) << "waiter " << i << " never queued";
   }
   holder.unlock();
   threads.clear();
@@ -103,31 +105,39 @@ TYPED_TEST(MutualExclusion, ScopedLockOverTwoMutexesInOppositeOrders) {
   const auto p1 = zkt::unique_path("scoped-1"), p2 = zkt::unique_path("scoped-2");
   constexpr int rounds = 40;
   std::atomic<int> in1{0}, in2{0}, overlaps{0}, done{0};
-  auto work = [&](bool reversed) {
-    zklock::session s{zkt::options()};
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  auto work = [&](zklock::session& s, bool reversed) {
     typename TypeParam::mutex a{s, p1}, b{s, p2};
-    for (int i = 0; i < rounds; ++i) {
-      auto body = [&] {
-        if (in1.fetch_add(1) != 0 || in2.fetch_add(1) != 0) ++overlaps;
-        std::this_thread::yield();
-        --in1;
-        --in2;
-      };
-      if (reversed) {
-        std::scoped_lock g{b, a};
-        body();
-      } else {
-        std::scoped_lock g{a, b};
-        body();
+    try {
+      for (int i = 0; i < rounds; ++i) {
+        auto body = [&] {
+          if (in1.fetch_add(1) != 0 || in2.fetch_add(1) != 0) ++overlaps;
+          std::this_thread::yield();
+          --in1;
+          --in2;
+        };
+        if (reversed) {
+          std::scoped_lock g{b, a};
+          body();
+        } else {
+          std::scoped_lock g{a, b};
+          body();
+        }
       }
+      ++done;
+    } catch (const std::system_error&) {  // the session was closed below: a deadlock
     }
-    ++done;
   };
   {
-    std::jthread t1{work, false}, t2{work, true};
+    std::jthread t1{work, std::ref(s1), false}, t2{work, std::ref(s2), true};
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{120};
-    while (done.load() < 2 && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
-    ASSERT_EQ(done.load(), 2) << "std::scoped_lock over two zklock mutexes deadlocked";
+    while (done.load() < 2 && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds{5});  // polling the two threads
+    if (done.load() < 2) {  // deadlocked: closing the sessions wakes the blocked locks with an error
+      s1.close();
+      s2.close();
+    }
+    EXPECT_EQ(done.load(), 2) << "std::scoped_lock over two zklock mutexes deadlocked";
   }
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_TRUE(zkt::children(p1).empty());

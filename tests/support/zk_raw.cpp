@@ -422,6 +422,13 @@ int raw_client::create_with_world(const std::string& path, int world_perms) {
   return zoo_create(static_cast<zhandle_t*>(zh_), path.c_str(), nullptr, -1, &acl, 0, nullptr, 0);
 }
 
+int raw_client::set_world_acl(const std::string& path, int world_perms) {
+  char world_scheme[] = "world", world_id[] = "anyone";
+  ACL entries[] = {{world_perms, {world_scheme, world_id}}};
+  ACL_vector acl{1, entries};
+  return zoo_set_acl(static_cast<zhandle_t*>(zh_), path.c_str(), -1, &acl);
+}
+
 }  // namespace zkt
 
 namespace zkt {
