@@ -11,7 +11,10 @@
 // 2. queue: an ephemeral-sequential create and a getChildren sent back to back, waiting for both
 //    replies: the one round trip an uncontended acquire needs. With the delete sent in the
 //    background, 1e6 / p50 is the floor of uncontended acquire+release cycles/s.
-// 3. read: one exists, for scale.
+// 3. cycle: the delete of the previous node sent without waiting, then the create and getChildren
+//    of the next, waiting for those two replies: an uncontended acquire+release loop with the
+//    release in the background, at its floor (the create waits behind the delete on the server).
+// 4. read: one exists, for scale.
 // One JSON object per line on stdout. Nothing is asserted: a benchmark.
 #include <algorithm>
 #include <chrono>
@@ -125,9 +128,10 @@ int main(int argc, char** argv) try {
     report("handoff_delete_to_waiter", t);
   }
 
-  // 2. queue: create + getChildren back to back; 3. one read.
+  // 2. queue: create + getChildren back to back; 3. the same after an asynchronous delete; 4. one read.
   {
-    std::vector<double> q, r;
+    std::vector<double> q, c, r;
+    std::string previous;
     const std::string prefix = base + "/c-";
     for (int i = 0; i < n + 100; ++i) {
       struct done {
@@ -147,7 +151,12 @@ int main(int argc, char** argv) try {
         std::lock_guard lk{dd->mu};
         if (--dd->left == 0) dd->cv.notify_one();
       };
+      const bool cycle = i % 2 == 1;  // odd rounds: delete the previous node first, without waiting
       const auto t0 = clock_type::now();
+      if (cycle) {
+        static constexpr void_completion_t ignore_delete = [](int, const void*) {};
+        ::zoo_adelete(a.zh, previous.c_str(), -1, ignore_delete, nullptr);
+      }
       ::zoo_acreate(a.zh, prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, on_create, &d);
       ::zoo_aget_children(a.zh, base.c_str(), 0, on_list, &d);
       {
@@ -158,13 +167,18 @@ int main(int argc, char** argv) try {
       struct Stat st {};
       ::zoo_exists(a.zh, base.c_str(), 0, &st);
       const auto t2 = clock_type::now();
-      ::zoo_delete(a.zh, d.path, -1);
+      if (cycle) {
+        ::zoo_delete(a.zh, d.path, -1);
+      } else {
+        previous = d.path;  // deleted at the start of the next round
+      }
       if (i >= 100) {
-        q.push_back(us(t1 - t0));
+        (cycle ? c : q).push_back(us(t1 - t0));
         r.push_back(us(t2 - t1));
       }
     }
     report("queue_create_and_list", q);
+    report("cycle_background_delete_then_queue", c);
     report("read_exists", r);
   }
   ::zoo_delete(a.zh, base.c_str(), -1);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,12 @@ struct wake_hooks {
   }
   static void on_release(const zklock::release_stats&) noexcept {}
 };
+
+/// Returns: the wake-ups of the granted acquires of `path`, in grant order.
+std::vector<std::size_t> granted_wakeups(const std::string& path) {
+  std::lock_guard lk{book().mu};
+  return book().wakeups[path];
+}
 
 template <class W, class K>
 struct counted {
@@ -136,14 +143,9 @@ TYPED_TEST(WakeupCount, AMutexReleaseWakesOneWaiterOrTheHerd) {
     r.allow_release(i);
   }
   threads.clear();
-  std::vector<std::size_t> woke;
-  {
-    std::lock_guard lk{book().mu};
-    woke = book().wakeups[path];
-  }
+  const auto woke = granted_wakeups(path);
   ASSERT_EQ(woke.size(), static_cast<std::size_t>(waiters));
-  std::size_t total = 0;
-  for (auto w : woke) total += w;
+  [[maybe_unused]] const std::size_t total = std::accumulate(woke.begin(), woke.end(), std::size_t{0});
   if constexpr (TypeParam::predecessor) {
     for (std::size_t i = 0; i < woke.size(); ++i)
       EXPECT_EQ(woke[i], 1u) << "waiter " << i << ": a predecessor watch wakes once, at its turn";
@@ -193,14 +195,9 @@ TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
   r.await_grants(2);
   for (int i = 0; i < waiters; ++i) r.allow_release(i);
   threads.clear();
-  std::vector<std::size_t> woke;
-  {
-    std::lock_guard lk{book().mu};
-    woke = book().wakeups[path];
-  }
+  const auto woke = granted_wakeups(path);
   ASSERT_EQ(woke.size(), static_cast<std::size_t>(waiters));
-  std::size_t total = 0;
-  for (auto w : woke) total += w;
+  [[maybe_unused]] const std::size_t total = std::accumulate(woke.begin(), woke.end(), std::size_t{0});
   if constexpr (TypeParam::predecessor) {
     // The first waiter watches the children: it also woke at the joins of the three behind it.
     EXPECT_LE(woke[0], 1u + (waiters - 1)) << "waiter 0";
