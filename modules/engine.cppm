@@ -481,6 +481,10 @@ class lock_side {
   hold_book<R> book_;
 };
 
+/// Returns: errc::not_held as a std::error_code (what a release by a caller that holds nothing
+/// reports). Never throws.
+inline std::error_code not_held() noexcept { return make_error_code(errc::not_held); }
+
 /// Returns: `path`, once validate_path accepted it. Throws: std::invalid_argument for a bad path.
 inline std::string checked_path(std::string path) {
   validate_path(path, "lock path");
@@ -562,8 +566,21 @@ class basic_mutex {
   }
 
   /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
-  /// background if the connection is down). Does nothing if the caller does not hold. Never throws.
+  /// background if the connection is down). Does nothing if the caller does not hold (the
+  /// overload below reports that). Never throws.
   void unlock() noexcept { side_.release(); }
+
+  /// Effects: as unlock(), reporting instead of ignoring a caller that does not hold: then nothing
+  /// happens and `ec` is errc::not_held; else `ec` is cleared. Never throws (for destructors and
+  /// callers that must not throw but want to know).
+  void unlock(std::error_code& ec) noexcept {
+    if (!side_.held()) {
+      ec = detail::not_held();
+      return;
+    }
+    ec.clear();
+    side_.release();
+  }
 
   /// Returns: the fencing token of the caller's hold: the creation zxid of its node, strictly
   /// increasing across successive holders. Throws: std::system_error(errc::not_held).
@@ -635,6 +652,16 @@ class basic_shared_mutex {
   }
   /// Effects: releases the caller's write hold. Never throws.
   void unlock() noexcept { write_.release_unless_held_by(read_); }
+  /// Effects: as unlock(); `ec` is errc::not_held (and nothing happens) if the caller holds no write
+  /// side, else cleared. Never throws.
+  void unlock(std::error_code& ec) noexcept {
+    if (!write_.held()) {
+      ec = detail::not_held();
+      return;
+    }
+    ec.clear();
+    write_.release_unless_held_by(read_);
+  }
 
   /// Effects: blocks until the caller holds the read side. Throws: as lock().
   void lock_shared() {
@@ -658,6 +685,16 @@ class basic_shared_mutex {
   }
   /// Effects: releases the caller's read hold. Never throws.
   void unlock_shared() noexcept { read_.release_unless_held_by(write_); }
+  /// Effects: as unlock_shared(); `ec` is errc::not_held (and nothing happens) if the caller holds no
+  /// read side, else cleared. Never throws.
+  void unlock_shared(std::error_code& ec) noexcept {
+    if (!read_.held()) {
+      ec = detail::not_held();
+      return;
+    }
+    ec.clear();
+    read_.release_unless_held_by(write_);
+  }
 
   /// Returns: the fencing token of the caller's write hold. Throws: errc::not_held.
   std::int64_t fencing_token() const { return write_.fencing_token(); }
@@ -744,13 +781,24 @@ class basic_counting_semaphore {
   /// Effects: returns the most recently granted lease of this object.
   /// Throws: std::system_error(errc::not_held) if it holds none.
   void release() {
+    std::error_code ec;
+    release(ec);
+    if (ec) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
+  }
+  /// Effects: as release(), but a semaphore object holding no lease sets `ec` to errc::not_held
+  /// (and does nothing) instead of throwing; else `ec` is cleared. Never throws.
+  void release(std::error_code& ec) noexcept {
     std::optional<lease> l;
     {
       std::lock_guard lk{mu_};
-      if (held_.empty()) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
+      if (held_.empty()) {
+        ec = detail::not_held();
+        return;
+      }
       l = std::move(held_.back());
       held_.pop_back();
     }
+    ec.clear();
     l->guard->release();  // our own delete is no loss
     detail::release_node(s_, l->node);
     if constexpr (H::enabled) H::on_release(release_stats{path_, detail::clock::now() - l->granted});

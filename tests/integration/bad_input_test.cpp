@@ -297,7 +297,8 @@ std::vector<row> table() {
                     m.release();
                   },
                   error(zklock::errc::not_held), {"sem"}});
-  // unlock() is documented as a no-op when the caller does not hold: it never throws.
+  // unlock() is documented as a no-op when the caller does not hold: it never throws (std::lock_guard
+  // and friends call it from destructors).
   rows.push_back({"mutex::unlock() not held", [](zklock::session& s, const std::string& base) {
                     zklock::mutex m{s, base + "/m"};
                     m.unlock();
@@ -345,6 +346,86 @@ std::vector<row> table() {
                     m.unlock_shared();
                   },
                   no_error()});
+  // The std::error_code& overloads report it, as errc::not_held, and still never throw (the rows
+  // turn a set code into an exception to compare it).
+  auto check = [](const std::error_code& ec) {
+    if (ec) throw std::system_error(ec);
+  };
+  rows.push_back({"mutex::unlock(ec) not held", [check](zklock::session& s, const std::string& base) {
+                    zklock::mutex m{s, base + "/m"};
+                    std::error_code ec;
+                    static_assert(noexcept(m.unlock(ec)));
+                    m.unlock(ec);
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"mutex::unlock(ec) from a thread that does not hold", [check](zklock::session& s, const std::string& base) {
+                    zklock::mutex m{s, base + "/m"};
+                    m.lock();
+                    std::error_code ec;
+                    std::thread{[&] { m.unlock(ec); }}.join();
+                    EXPECT_TRUE(m.owns_lock()) << "another thread's unlock(ec) released our hold";
+                    m.unlock();
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"mutex::unlock(ec) held: cleared", [check](zklock::session& s, const std::string& base) {
+                    zklock::mutex m{s, base + "/m"};
+                    m.lock();
+                    std::error_code ec = zklock::errc::not_held;
+                    m.unlock(ec);
+                    EXPECT_FALSE(m.owns_lock());
+                    check(ec);
+                  },
+                  no_error()});
+  rows.push_back({"recursive_mutex::unlock(ec) once more than locked", [check](zklock::session& s, const std::string& base) {
+                    zklock::recursive_mutex m{s, base + "/m"};
+                    m.lock();
+                    m.lock();
+                    std::error_code ec;
+                    m.unlock(ec);
+                    check(ec);
+                    m.unlock(ec);
+                    check(ec);
+                    m.unlock(ec);
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"owner_mutex::unlock(ec) once more than locked", [check](zklock::session& s, const std::string& base) {
+                    zklock::owner_mutex m{s, base + "/m"};
+                    m.lock();
+                    std::error_code ec;
+                    m.unlock(ec);
+                    check(ec);
+                    m.unlock(ec);
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"shared_mutex::unlock(ec) with only the read side", [check](zklock::session& s, const std::string& base) {
+                    zklock::shared_mutex m{s, base + "/m"};
+                    m.lock_shared();
+                    std::error_code ec;
+                    m.unlock(ec);
+                    EXPECT_TRUE(m.owns_shared()) << "the read hold must stay";
+                    m.unlock_shared();
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"shared_mutex::unlock_shared(ec) not held", [check](zklock::session& s, const std::string& base) {
+                    zklock::shared_mutex m{s, base + "/m"};
+                    std::error_code ec;
+                    m.unlock_shared(ec);
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held)});
+  rows.push_back({"counting_semaphore::release(ec) without a lease", [check](zklock::session& s, const std::string& base) {
+                    zklock::counting_semaphore m{s, base + "/sem", 2};
+                    std::error_code ec;
+                    static_assert(noexcept(m.release(ec)));
+                    m.release(ec);
+                    check(ec);
+                  },
+                  error(zklock::errc::not_held), {"sem"}});
   rows.push_back({"mutex::fencing_token() not held",
                   [](zklock::session& s, const std::string& base) { (void)zklock::mutex{s, base + "/m"}.fencing_token(); },
                   error(zklock::errc::not_held)});
