@@ -577,7 +577,7 @@ struct session_impl {
         lk.unlock();
         std::vector<pending_delete> again;
         for (auto& p : work)
-          if (p.generation == g && !delete_now(p)) again.push_back(std::move(p));
+          if (p.generation == g && !send_pending(p)) again.push_back(std::move(p));
         lk.lock();
         for (auto& p : again) pending.push_back(std::move(p));
       }
@@ -641,35 +641,49 @@ struct session_impl {
     return state != 0;
   }
 
-  /// Returns: false if the outcome is unknown (try again later).
+  /// Effects: sends what `p` asks for without waiting for the server: the worker must never block
+  /// on the network, since it also keeps the loss clock (a synchronous call can wait a whole
+  /// connection timeout, or several while the client reconnects into a partition). A completion
+  /// whose outcome is unknown hands the work back to the worker. Returns: false if it could not be
+  /// sent (keep it pending).
+  bool send_pending(const pending_delete& p) {
+    if (p.touch) return touch_in_background(p);
+    if (p.prefix.empty()) return delete_in_background(p);
+    std::shared_lock hl{handle_mu};
+    if (!zh) return true;
+    auto box = std::make_unique<background_delete>(background_delete{this, p});
+    const int rc = zoo_aget_children(zh, box->p.path.c_str(), 0, &on_prefixed_listing, box.get());
+    if (rc != ZOK) return false;
+    box.release();  // owned by the completion now, which always comes (reply, loss or close)
+    return true;
+  }
+
+  /// The listing of a lock node under which a node of ours (by its prefix) may stand: each one found
+  /// goes back to the worker as a plain delete. (On the client's completion thread: it must not
+  /// take handle_mu, which close_handle() holds while it joins that thread.)
+  static void on_prefixed_listing(int rc, const struct String_vector* kids, const void* data) noexcept {
+    std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    try {
+      if (unknown_outcome(rc)) {
+        box->s->defer_delete(std::move(box->p));
+        return;
+      }
+      if (rc != ZOK || !kids) return;  // the lock node is gone, and our node with it
+      for (int i = 0; i < kids->count; ++i)
+        if (std::string_view{kids->data[i]}.starts_with(box->p.prefix))
+          box->s->defer_delete({box->p.path + "/" + kids->data[i], {}, box->p.generation});
+    } catch (...) {  // allocation failure: the node goes with the session
+    }
+  }
+
+  /// Effects: deletes the node p.path and waits for the reply (an unlock() on the caller's thread).
+  /// Returns: false if the outcome is unknown (hand it to the worker).
   bool delete_now(const pending_delete& p) {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
-    if (p.touch) {
-      const std::string data = contender_data();
-      return !unknown_outcome(zoo_set(zh, p.path.c_str(), data.data(), static_cast<int>(data.size()), -1));
-    }
-    if (p.prefix.empty()) {
-      const int rc = zoo_delete(zh, p.path.c_str(), -1);
-      log_refused_delete(p.path, rc);
-      return !unknown_outcome(rc);
-    }
-    String_vector kids{};
-    int rc = zoo_get_children(zh, p.path.c_str(), 0, &kids);
-    if (unknown_outcome(rc)) return false;
-    bool ok = true;
-    if (rc == ZOK) {
-      for (int i = 0; i < kids.count; ++i) {
-        if (std::string_view{kids.data[i]}.starts_with(p.prefix)) {
-          const std::string child = p.path + "/" + kids.data[i];
-          const int drc = zoo_delete(zh, child.c_str(), -1);
-          log_refused_delete(child, drc);
-          if (unknown_outcome(drc)) ok = false;
-        }
-      }
-      deallocate_String_vector(&kids);
-    }
-    return ok;
+    const int rc = zoo_delete(zh, p.path.c_str(), -1);
+    log_refused_delete(p.path, rc);
+    return !unknown_outcome(rc);
   }
 
   /// Effects: if the server refused to delete `path` (e.g. NOAUTH: the lock node's ACL lets us

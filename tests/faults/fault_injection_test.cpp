@@ -835,20 +835,19 @@ TEST(FaultInjection, UnlockWhileDisconnectedIsSentOnceReconnected) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
-// Watch contexts outlive their waits. Waiters on one session give up while the connection is cut
-// (their watch removals cannot reach the server), and their lock objects are destroyed. The C
-// client still holds their watchers: it calls them again on every session event (the reconnect
-// below), and the server fires the old exists watch when the holder releases. Neither may touch
-// the freed waiters (the asan preset would report it) or wake anything; the abandoned nodes are
+// Watch contexts outlive their waits. Waiters on one session give up while the connection is
+// blackholed: their watch removals and deletes are sent but never answered, so the C client keeps
+// their watchers. Then the connection is cut (the requests fail, the waits return) and their lock
+// objects are freed. The client calls those watchers again on every session event (the reconnect
+// below), and the server fires the old exists watch when the holder releases: neither may touch
+// the freed waiters (the asan preset would report it) or wake anything. The abandoned nodes are
 // deleted once the session is back, and the session goes on working.
 TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
   zkt::private_server zk;
   zk_proxy proxy{zk.connect()};
   const auto path = zkt::unique_path("fi-abandoned");
   zkt::create_path(path);
-  // The client notices the blackhole after 2/3 of the timeout; it must reconnect in the last third
-  // for the session to survive: a longer timeout than elsewhere leaves it 4 s.
-  const auto timeout = scaled(12000ms);
+  const auto timeout = scaled(6000ms);
   zklock::session hs{opts(zk.connect(), timeout)};
   bounded_mutex holder{hs, path};
   ASSERT_TRUE(holder.try_lock());
@@ -856,6 +855,7 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
   o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
   zklock::session s{o};
   constexpr int waiters = 4;
+  const auto wait = scaled(1500ms);
   {
     std::vector<std::jthread> threads;
     std::vector<std::unique_ptr<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>> ms;
@@ -866,16 +866,21 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
     }
     for (int i = 0; i < waiters; ++i) {
       const auto idx = static_cast<std::size_t>(i);
-      threads.emplace_back([&, idx] { EXPECT_FALSE(ms[idx]->try_lock_for(scaled(1500ms))); });
-      threads.emplace_back([&, idx] { EXPECT_FALSE(cs[idx]->try_lock_for(scaled(1500ms))); });
+      threads.emplace_back([&, idx] { EXPECT_FALSE(ms[idx]->try_lock_for(wait)); });
+      threads.emplace_back([&, idx] { EXPECT_FALSE(cs[idx]->try_lock_for(wait)); });
     }
+    const auto every_deadline_past = steady_clock::now() + wait;
     ASSERT_TRUE(zkt::await_children(path, 1u + 2 * waiters));
     ASSERT_TRUE(zkt::await_watch(path, s));
     ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
-    threads.clear();  // every wait gives up while the connection is gone
-  }  // ... and every lock object is freed (their removals and deletes wait in the blackhole)
+    // The fault's second step, once every wait has given up and sent its clean-up into the
+    // blackhole (the client notices a silent connection only after 2/3 of the timeout; its
+    // detection is not punctual enough to wait for with a session to keep).
+    std::this_thread::sleep_until(every_deadline_past + scaled(500ms));
+    EXPECT_EQ(proxy.command("cut"), "ok cut");
+    threads.clear();  // the unanswered requests fail with the connection: every wait returns
+  }  // ... and every lock object is freed
   ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(30s))) << "the client never noticed";
-  EXPECT_EQ(proxy.command("cut"), "ok cut");
   EXPECT_EQ(proxy.command("heal"), "ok normal");
   ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));  // session events: watchers called
   EXPECT_EQ(s.generation(), 1u);
@@ -887,6 +892,55 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
   again.unlock();
   s.flush();
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// The loss clock keeps time while the session is busy. A holder's session also has waiters on
+// another lock when a silent partition starts; their clean-up deletes fail when the client gives
+// the connection up and go to the session's worker, which must not wait on the network with them
+// (it did: a synchronous delete blocked it through one reconnect attempt after another, and the
+// holder heard of its loss after twice the session timeout, in about one run in eight). The loss
+// must be reported before the server may expire the session.
+TEST(FaultInjection, LossIsReportedInTimeWhileTheSessionHasDeletesToRetry) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-busy");
+  zkt::create_path(path);
+  const auto timeout = scaled(4000ms);
+  zklock::session other{opts(zk.connect(), timeout)};
+  bounded_mutex b_holder{other, path + "-b"};
+  ASSERT_TRUE(b_holder.try_lock());
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    zklock::session s{opts(proxy.connect(), timeout)};
+    bounded_mutex a{s, path + "-a"};
+    ASSERT_TRUE(a.try_lock());
+    std::atomic<long long> lost_after{-1};
+    steady_clock::time_point cut_at;
+    std::stop_callback on_loss{a.lost_token(), [&] { lost_after = ms_between(cut_at, steady_clock::now()); }};
+    std::vector<std::unique_ptr<zklock::mutex>> waiters;
+    for (int i = 0; i < 4; ++i) waiters.push_back(std::make_unique<zklock::mutex>(s, path + "-b"));
+    {
+      std::vector<std::jthread> threads;
+      for (auto& w : waiters)
+        threads.emplace_back([&w, wait = timeout / 4] {
+          try {
+            EXPECT_FALSE(w->try_lock_for(wait));
+          } catch (const std::system_error& e) {  // the session was given up meanwhile
+            EXPECT_EQ(e.code(), std::error_code{zklock::errc::session_expired}) << e.what();
+          }
+        });
+      ASSERT_TRUE(zkt::await_children(path + "-b", 5u));
+      cut_at = steady_clock::now();
+      ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+    }
+    const auto limit = steady_clock::now() + 3 * timeout;
+    while (lost_after.load() < 0 && steady_clock::now() < limit) std::this_thread::sleep_for(5ms);  // polling
+    report("partition_to_holder_loss", lost_after.load());
+    EXPECT_GE(lost_after.load(), 0) << "the holder never heard of its loss";
+    EXPECT_LT(lost_after.load(), timeout.count()) << "reported after the server may have expired the session";
+    EXPECT_EQ(proxy.command("heal"), "ok normal");
+  }
+  b_holder.unlock();
 }
 
 // 3b. A background release (session_options::background_release) whose delete never reaches the
