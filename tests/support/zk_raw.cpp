@@ -92,6 +92,34 @@ zhandle_t* observer() {
   return zh;
 }
 
+/// Effects: asks the observer's server to catch up with the leader (a ZooKeeper "sync") and waits
+/// for the answer, so that what the observer reads next includes every write that any session saw
+/// acknowledged before. Without it, on an ensemble, a follower may answer from a state a few writes
+/// old (another session's delete already acknowledged by the leader, say). Bounded: 10 s.
+void sync_observer(zhandle_t* zh) {
+  struct box {
+    std::mutex m;
+    std::condition_variable c;
+    bool done = false;
+  };
+  auto b = std::make_shared<box>();
+  auto* ctx = new std::shared_ptr<box>(b);  // the completion always comes (reply, loss or close)
+  const auto done = [](int, const char*, const void* data) {
+    std::unique_ptr<std::shared_ptr<box>> own{static_cast<std::shared_ptr<box>*>(const_cast<void*>(data))};
+    {
+      std::lock_guard lk{(*own)->m};
+      (*own)->done = true;
+    }
+    (*own)->c.notify_all();
+  };
+  if (zoo_async(zh, "/", done, ctx) != ZOK) {
+    delete ctx;
+    return;
+  }
+  std::unique_lock lk{b->m};
+  b->c.wait_for(lk, std::chrono::seconds{10}, [&] { return b->done; });
+}
+
 }  // namespace
 
 std::string connect() {
@@ -111,14 +139,20 @@ std::string unique_path(std::string_view stem) {
 std::vector<std::string> children(const std::string& path) {
   String_vector kids{};
   std::vector<std::string> out;
-  if (zoo_get_children(observer(), path.c_str(), 0, &kids) == ZOK) {
+  zhandle_t* zh = observer();
+  sync_observer(zh);
+  if (zoo_get_children(zh, path.c_str(), 0, &kids) == ZOK) {
     for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
     deallocate_String_vector(&kids);
   }
   return out;
 }
 
-bool exists(const std::string& path) { return zoo_exists(observer(), path.c_str(), 0, nullptr) == ZOK; }
+bool exists(const std::string& path) {
+  zhandle_t* zh = observer();
+  sync_observer(zh);
+  return zoo_exists(zh, path.c_str(), 0, nullptr) == ZOK;
+}
 
 void create_path(const std::string& path) {
   for (std::size_t pos = 1; pos <= path.size(); ++pos) {
@@ -301,7 +335,9 @@ node_stat stat_node(const std::string& path) {
   char buf[4096];
   int len = sizeof buf;
   struct Stat st {};
-  if (zoo_get(observer(), path.c_str(), 0, buf, &len, &st) != ZOK) return out;
+  zhandle_t* zh = observer();
+  sync_observer(zh);
+  if (zoo_get(zh, path.c_str(), 0, buf, &len, &st) != ZOK) return out;
   out.exists = true;
   if (len > 0) out.data.assign(buf, static_cast<std::size_t>(len));
   out.czxid = st.czxid;
