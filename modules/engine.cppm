@@ -741,7 +741,7 @@ class basic_counting_semaphore {
   using timeout_policy = T;
 
   /// Effects: opens (creating if needed) the semaphore node `path` with `leases` leases.
-  /// Throws: std::invalid_argument for a bad path or leases < 1; std::system_error
+  /// Throws: std::invalid_argument for a bad path or leases outside 1..1,000,000; std::system_error
   /// (errc::lease_count_mismatch) if the node stores another count; session failures.
   basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases)
       : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)) {

@@ -266,6 +266,7 @@ struct session_impl {
   std::chrono::milliseconds negotiated{0};
   std::deque<session_state> events;
   std::vector<pending_delete> pending;
+  std::size_t inflight = 0;  // background requests sent whose completion has not run yet
   std::unordered_set<std::string> deletable;  // lock paths whose ACL lets us delete our nodes
   std::vector<std::stop_source> stops;  // to request on the worker (from watch callbacks)
   std::stop_source loss;          // of the current generation: fired when its holds are lost
@@ -652,8 +653,12 @@ struct session_impl {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
     auto box = std::make_unique<background_delete>(background_delete{this, p});
+    begin_background();
     const int rc = zoo_aget_children(zh, box->p.path.c_str(), 0, &on_prefixed_listing, box.get());
-    if (rc != ZOK) return false;
+    if (rc != ZOK) {
+      end_background();
+      return false;
+    }
     box.release();  // owned by the completion now, which always comes (reply, loss or close)
     return true;
   }
@@ -663,6 +668,7 @@ struct session_impl {
   /// take handle_mu, which close_handle() holds while it joins that thread.)
   static void on_prefixed_listing(int rc, const struct String_vector* kids, const void* data) noexcept {
     std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    const background_done done{box->s};
     try {
       if (unknown_outcome(rc)) {
         box->s->defer_delete(std::move(box->p));
@@ -707,14 +713,39 @@ struct session_impl {
     pending_delete p;
   };
 
+  /// Effects: counts a background request about to be sent (see inflight).
+  void begin_background() {
+    std::lock_guard lk{mu};
+    ++inflight;
+  }
+
+  /// Effects: counts a background request done: its completion ran, or it could not be sent.
+  void end_background() noexcept {
+    {
+      std::lock_guard lk{mu};
+      --inflight;
+    }
+    cv.notify_all();
+  }
+
+  /// Ends a background request when a completion returns, whichever way it returns.
+  struct background_done {
+    session_impl* s;
+    ~background_done() { s->end_background(); }
+  };
+
   /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
   /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
   bool delete_in_background(const pending_delete& p) {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
     auto box = std::make_unique<background_delete>(background_delete{this, p});
+    begin_background();
     const int rc = zoo_adelete(zh, box->p.path.c_str(), -1, &on_background_delete, box.get());
-    if (rc != ZOK) return false;
+    if (rc != ZOK) {
+      end_background();
+      return false;
+    }
     box.release();  // owned by the completion now, which always comes (reply, loss or close)
     return true;
   }
@@ -726,15 +757,20 @@ struct session_impl {
     if (!zh) return true;
     auto box = std::make_unique<background_delete>(background_delete{this, p});
     const std::string data = contender_data();
+    begin_background();
     const int rc = zoo_aset(zh, box->p.path.c_str(), data.data(), static_cast<int>(data.size()), -1,
                             &on_background_touch, box.get());
-    if (rc != ZOK) return false;
+    if (rc != ZOK) {
+      end_background();
+      return false;
+    }
     box.release();  // owned by the completion now
     return true;
   }
 
   static void on_background_touch(int rc, const struct Stat*, const void* data) noexcept {
     std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    const background_done done{box->s};
     if (!unknown_outcome(rc)) return;  // done, or the node is gone (which wakes its watcher too)
     try {
       box->s->defer_delete(std::move(box->p));
@@ -744,6 +780,7 @@ struct session_impl {
 
   static void on_background_delete(int rc, const void* data) noexcept {
     std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+    const background_done done{box->s};
     log_refused_delete(box->p.path, rc);
     if (!unknown_outcome(rc)) return;
     try {
@@ -821,6 +858,15 @@ struct session_impl {
     // destructor joins it.
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
     if (reaper.joinable() && reaper.get_id() != std::this_thread::get_id()) reaper.join();
+    {
+      // Background requests (releases, retried deletes, pokes) not answered yet: a handle closed
+      // now drops their completions (the C client queues them for its completion thread, which
+      // has already stopped), and with them what they own. While connected their replies are one
+      // round trip away: wait for them, briefly.
+      std::unique_lock lk{mu};
+      cv.wait_for(lk, std::min<clock::duration>(opts.connect_timeout, std::chrono::seconds{2}),
+                  [&] { return inflight == 0 || st != session_state::connected; });
+    }
     close_handle();
     notify_listeners(session_state::closed);
     std::lock_guard lk{mu};
@@ -912,6 +958,8 @@ void session::remove_state_listener(std::uint64_t id) noexcept {
 }
 
 bool session::wait_for(session_state s, std::chrono::milliseconds timeout) const {
+  if (timeout < std::chrono::milliseconds::zero())
+    throw std::invalid_argument("zklock::session::wait_for: negative timeout (" + std::to_string(timeout.count()) + " ms)");
   std::unique_lock lk{impl_->mu};
   return impl_->cv.wait_for(lk, timeout, [&] { return impl_->st == s; });
 }

@@ -119,7 +119,8 @@ class session {
   /// running on another thread right now. May be called from a listener. Never throws.
   void remove_state_listener(std::uint64_t id) noexcept;
 
-  /// Effects: blocks until the state is `s` or `timeout` passes. Returns: whether the state is `s`.
+  /// Effects: blocks until the state is `s` or `timeout` passes (zero: looks once).
+  /// Returns: whether the state is `s`. Throws: std::invalid_argument for a negative timeout.
   bool wait_for(session_state s, std::chrono::milliseconds timeout) const;
 
   /// Effects: one round trip: returns once the server has served every request this session sent

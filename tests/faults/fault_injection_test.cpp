@@ -1143,7 +1143,7 @@ TEST(FaultInjection, LeaderKilledDuringContentionPausesGrantsBriefly) {
   if (first_after != g.end()) report("kill_returned_to_next_grant", ms_between(kill_end, *first_after));
   report("grants", static_cast<long long>(g.size()), "");
   // Measured here: 0.45-0.66 s; the issue asks for "about 2 s".
-  EXPECT_LE(gap, scaled(3s).count()) << "grants paused too long";
+  EXPECT_LE(gap, scaled(2s).count()) << "grants paused too long";
   for (auto& sp : sessions) EXPECT_EQ(sp->generation(), 1u) << "a session was lost";
   raw_client observer{zk.connect()};
   EXPECT_TRUE(children_retry(observer, path).empty());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bad input at every public entry point of the lock types gives a clear typed error (or, where the
-// contract says so, is a harmless no-op), leaves nothing behind on the server and leaves the
+// Bad input at every public entry point of the lock types, zklock::contenders and
+// session::wait_for gives a clear typed error (or, where the contract says so, is a harmless no-op), leaves nothing behind on the server and leaves the
 // session usable. One table drives it all.
 //
 // Covered elsewhere, not repeated here: malformed connect strings, chroots, non-positive or absurd
@@ -99,6 +99,7 @@ const std::vector<entry_point>& path_entry_points() {
          zklock::basic_mutex<zklock::watch_children, zklock::wake_latch> m{s, p};
        }},
       {"counting_semaphore", [](zklock::session& s, const std::string& p) { zklock::counting_semaphore m{s, p, 1}; }},
+      {"contenders", [](zklock::session& s, const std::string& p) { (void)zklock::contenders(s, p); }},
   };
   return all;
 }
@@ -226,6 +227,9 @@ std::vector<row> table() {
                     (void)zklock::shared_mutex{s, base + "/m"}.try_lock_shared_for(-1ms);
                   },
                   invalid("try_lock_shared_for")});
+  rows.push_back({"session::wait_for(connected, -1 ms)",
+                  [](zklock::session& s, const std::string&) { (void)s.wait_for(zklock::session_state::connected, -1ms); },
+                  invalid("wait_for")});
   rows.push_back({"counting_semaphore::try_acquire_for(-1 ms)",
                   [](zklock::session& s, const std::string& base) {
                     zklock::counting_semaphore m{s, base + "/sem", 1};

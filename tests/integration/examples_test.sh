@@ -9,7 +9,16 @@ set -euo pipefail
 bin=$1
 : "${ZKLOCK_TEST_ZK:?needs ZKLOCK_TEST_ZK}"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pids=()
+# Whatever happens (a failed example, an interrupted test), no example process outlives the script.
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+# Waits for every pid in $pids; fails if any failed (after all have been waited for).
+wait_all() {
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  pids=()
+  return $rc
+}
 export ZOOKEEPER_HOSTS=$ZKLOCK_TEST_ZK
 id=$$
 
@@ -21,14 +30,14 @@ pids=()
 "$bin/example_rw_cache" "$work/cache" writer 8 "/zklock-examples/cache-$id" & pids+=($!)
 "$bin/example_rw_cache" "$work/cache" reader 8 "/zklock-examples/cache-$id" & pids+=($!)
 "$bin/example_rw_cache" "$work/cache" reader 8 "/zklock-examples/cache-$id" & pids+=($!)
-for p in "${pids[@]}"; do wait "$p"; done
+wait_all
 
 echo "== example_worker_pool: two processes x 3 workers, 2 slots"
 mkdir "$work/pool"
 pids=()
 "$bin/example_worker_pool" "$work/pool" 3 2 2 "/zklock-examples/pool-$id" & pids+=($!)
 "$bin/example_worker_pool" "$work/pool" 3 2 2 "/zklock-examples/pool-$id" & pids+=($!)
-for p in "${pids[@]}"; do wait "$p"; done
+wait_all
 left=$(find "$work/pool" -type f | wc -l)
 [[ $left -eq 0 ]] || { echo "worker_pool left $left job markers"; exit 1; }
 echo "== examples passed"

@@ -225,12 +225,11 @@ TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
-// try_lock_for keeps one deadline across every wake-up: ten contenders queue ahead of ours and give
+// A timed try keeps one deadline across every wake-up: ten contenders queue ahead of ours and give
 // up one after another, the nearest first, so that ours wakes and re-arms again and again. It still
-// returns false once its own wait has passed, not a wait after its last wake-up.
+// returns false once its own deadline has passed, not a wait after its last wake-up.
 TYPED_TEST(WakeupCount, OneDeadlineAcrossEveryWakeup) {
   constexpr int ahead = 10;
-  constexpr auto wait = 400ms;
   const auto path = zkt::unique_path("wake-deadline");
   zklock::session hs{zkt::options()};
   typename TypeParam::mutex holder{hs, path};
@@ -243,23 +242,26 @@ TYPED_TEST(WakeupCount, OneDeadlineAcrossEveryWakeup) {
     std::lock_guard lk{book().mu};
     book().failed.erase(std::this_thread::get_id());  // an earlier test's, on this thread
   }
+  // Absolute deadlines, on one clock: the one queued last (just ahead of ours) gives up first, each
+  // 60 ms after the one behind it, all of them after the queue is built (0.5 s to build it) and
+  // before ours gives up.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto queued_by = t0 + 500ms;
+  const auto ours = queued_by + std::chrono::milliseconds{60 * ahead} + 200ms;
   std::vector<std::jthread> quitters;
   for (int k = 0; k < ahead; ++k) {
-    // the one queued last (just ahead of ours) gives up first; each gives up 60 ms after the one
-    // behind it, all of them while ours waits
-    const auto gives_up = std::chrono::milliseconds{60 * (ahead - k)} + 100ms;
+    const auto gives_up = queued_by + std::chrono::milliseconds{60 * (ahead - k)};
     quitters.emplace_back([&, s = sessions[static_cast<std::size_t>(k)].get(), gives_up] {
       typename TypeParam::mutex m{*s, path};
-      EXPECT_FALSE(m.try_lock_for(gives_up));
+      EXPECT_FALSE(m.try_lock_until(gives_up));
     });
     ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(k) + 2));
   }
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(waiter.try_lock_for(wait));
-  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(waiter.try_lock_until(ours));
+  const auto returned = std::chrono::steady_clock::now();
   quitters.clear();
-  EXPECT_GE(took, wait);
-  EXPECT_LT(took, wait + 2s) << "the deadline moved with the wake-ups";
+  EXPECT_GE(returned, ours);
+  EXPECT_LT(returned, ours + 2s) << "the deadline moved with the wake-ups";
   std::vector<std::size_t> failed;
   {
     std::lock_guard lk{book().mu};
