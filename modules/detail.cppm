@@ -146,8 +146,11 @@ void drop_watch(session& s, const std::string& path, bool children, const wake_t
 void touch_node(session& s, const held_node& n) noexcept;
 
 /// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
-/// in the background until it succeeds or the session ends. Never throws.
-void release_node(session& s, const held_node& n) noexcept;
+/// in the background until it succeeds or the session ends. Returns: the server's refusal (e.g.
+/// errc::no_auth: the lock node's ACL changed under us; the node then stays until the session
+/// ends), else an empty code (deleted, already gone, or to be sent or retried in the background).
+/// Never throws.
+std::error_code release_node(session& s, const held_node& n) noexcept;
 
 /// Returns: a token that fires when the session generation `generation` loses its holds (expiry,
 /// a suspension longer than the loss tolerance, close); already fired if that generation is over.

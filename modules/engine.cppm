@@ -414,26 +414,32 @@ class lock_side {
     return true;
   }
 
-  /// Effects: drops one hold of the caller; the last one deletes the node. Never throws.
-  void release() noexcept {
+  /// Effects: drops one hold of the caller; the last one deletes the node.
+  /// Returns: the server's refusal of that delete, if it refused (see release_node). Never throws.
+  std::error_code release() noexcept {
+    std::error_code refused;
     if constexpr (H::enabled) {
       clock::time_point granted;
       if (auto n = book_.end(&granted)) {
-        release_node(s_, *n);
+        refused = release_node(s_, *n);
         H::on_release(release_stats{path_, clock::now() - granted});
       }
     } else {
-      if (auto n = book_.end()) release_node(s_, *n);
+      if (auto n = book_.end()) refused = release_node(s_, *n);
     }
+    return refused;
   }
 
   /// Effects: as release(), but keeps the node while the caller still holds it through `other`.
-  void release_unless_held_by(const lock_side& other) noexcept {
+  /// Returns: as release().
+  std::error_code release_unless_held_by(const lock_side& other) noexcept {
     [[maybe_unused]] clock::time_point granted;
     auto n = book_.end(H::enabled ? &granted : nullptr);
-    if (!n) return;
-    if (!other.book_.holds_node(n->path)) release_node(s_, *n);
+    if (!n) return {};
+    std::error_code refused;
+    if (!other.book_.holds_node(n->path)) refused = release_node(s_, *n);
     if constexpr (H::enabled) H::on_release(release_stats{path_, clock::now() - granted});
+    return refused;
   }
 
   /// Returns: the caller's held node, if any.
@@ -568,18 +574,19 @@ class basic_mutex {
   /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
   /// background if the connection is down). Does nothing if the caller does not hold (the
   /// overload below reports that). Never throws.
-  void unlock() noexcept { side_.release(); }
+  void unlock() noexcept { (void)side_.release(); }
 
   /// Effects: as unlock(), reporting instead of ignoring a caller that does not hold: then nothing
-  /// happens and `ec` is errc::not_held; else `ec` is cleared. Never throws (for destructors and
-  /// callers that must not throw but want to know).
+  /// happens and `ec` is errc::not_held. Else `ec` is the server's refusal of the delete if it
+  /// refused (errc::no_auth: the lock node's ACL changed under us; the node stays until the
+  /// session ends, and the hold is over all the same), or cleared. Never throws (for destructors
+  /// and callers that must not throw but want to know).
   void unlock(std::error_code& ec) noexcept {
     if (!side_.held()) {
       ec = detail::not_held();
       return;
     }
-    ec.clear();
-    side_.release();
+    ec = side_.release();
   }
 
   /// Returns: the fencing token of the caller's hold: the creation zxid of its node, strictly
@@ -651,16 +658,16 @@ class basic_shared_mutex {
     return try_lock_until_impl(detail::steady_deadline(t));
   }
   /// Effects: releases the caller's write hold. Never throws.
-  void unlock() noexcept { write_.release_unless_held_by(read_); }
+  void unlock() noexcept { (void)write_.release_unless_held_by(read_); }
   /// Effects: as unlock(); `ec` is errc::not_held (and nothing happens) if the caller holds no write
-  /// side, else cleared. Never throws.
+  /// side, else the server's refusal of the delete if it refused (as basic_mutex::unlock(ec)), or
+  /// cleared. Never throws.
   void unlock(std::error_code& ec) noexcept {
     if (!write_.held()) {
       ec = detail::not_held();
       return;
     }
-    ec.clear();
-    write_.release_unless_held_by(read_);
+    ec = write_.release_unless_held_by(read_);
   }
 
   /// Effects: blocks until the caller holds the read side. Throws: as lock().
@@ -684,16 +691,16 @@ class basic_shared_mutex {
     return try_lock_shared_until_impl(detail::steady_deadline(t));
   }
   /// Effects: releases the caller's read hold. Never throws.
-  void unlock_shared() noexcept { read_.release_unless_held_by(write_); }
+  void unlock_shared() noexcept { (void)read_.release_unless_held_by(write_); }
   /// Effects: as unlock_shared(); `ec` is errc::not_held (and nothing happens) if the caller holds no
-  /// read side, else cleared. Never throws.
+  /// read side, else the server's refusal of the delete if it refused (as unlock(ec)), or cleared.
+  /// Never throws.
   void unlock_shared(std::error_code& ec) noexcept {
     if (!read_.held()) {
       ec = detail::not_held();
       return;
     }
-    ec.clear();
-    read_.release_unless_held_by(write_);
+    ec = read_.release_unless_held_by(write_);
   }
 
   /// Returns: the fencing token of the caller's write hold. Throws: errc::not_held.
@@ -778,15 +785,18 @@ class basic_counting_semaphore {
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
     return try_acquire_until_impl(detail::steady_deadline(t));
   }
-  /// Effects: returns the most recently granted lease of this object.
-  /// Throws: std::system_error(errc::not_held) if it holds none.
+  /// Effects: returns the most recently granted lease of this object (a delete the server refuses
+  /// goes to the log handler; release(ec) reports it). Throws: std::system_error(errc::not_held)
+  /// if it holds none.
   void release() {
     std::error_code ec;
     release(ec);
-    if (ec) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
+    if (ec == detail::not_held()) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
   }
   /// Effects: as release(), but a semaphore object holding no lease sets `ec` to errc::not_held
-  /// (and does nothing) instead of throwing; else `ec` is cleared. Never throws.
+  /// (and does nothing) instead of throwing; else `ec` is the server's refusal of the delete if it
+  /// refused (errc::no_auth; the lease is returned all the same, its node stays until the session
+  /// ends), or cleared. Never throws.
   void release(std::error_code& ec) noexcept {
     std::optional<lease> l;
     {
@@ -798,9 +808,8 @@ class basic_counting_semaphore {
       l = std::move(held_.back());
       held_.pop_back();
     }
-    ec.clear();
     l->guard->release();  // our own delete is no loss
-    detail::release_node(s_, l->node);
+    ec = detail::release_node(s_, l->node);
     if constexpr (H::enabled) H::on_release(release_stats{path_, detail::clock::now() - l->granted});
   }
   /// Returns: how many leases this object holds.

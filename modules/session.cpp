@@ -684,21 +684,27 @@ struct session_impl {
 
   /// Effects: deletes the node p.path and waits for the reply (an unlock() on the caller's thread).
   /// Returns: false if the outcome is unknown (hand it to the worker).
-  bool delete_now(const pending_delete& p) {
+  bool delete_now(const pending_delete& p, int* result = nullptr) {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
     const int rc = zoo_delete(zh, p.path.c_str(), -1);
+    if (result) *result = rc;
     log_refused_delete(p.path, rc);
     return !unknown_outcome(rc);
+  }
+
+  /// Returns: whether `rc`, a delete's answer, is the server refusing it (not done, gone already,
+  /// to be retried, or gone with the session).
+  static bool refused_delete(int rc) noexcept {
+    return !(rc == ZOK || rc == ZNONODE || unknown_outcome(rc) || rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE ||
+             rc == ZCLOSING);
   }
 
   /// Effects: if the server refused to delete `path` (e.g. NOAUTH: the lock node's ACL lets us
   /// create but not delete), says so through the log handler. Such a delete is not retried (the
   /// answer would not change); the node stays until its session ends. Never throws.
   static void log_refused_delete(const std::string& path, int rc) noexcept {
-    if (rc == ZOK || rc == ZNONODE || unknown_outcome(rc) || rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE ||
-        rc == ZCLOSING)
-      return;  // gone, to be retried, or gone with the session
+    if (!refused_delete(rc)) return;  // gone, to be retried, or gone with the session
     try {
       const std::string line = "zklock: the server refused to delete " + path + ": " + zerror(rc) + " (" +
                                std::to_string(rc) + "); it stays until its session ends";
@@ -1365,23 +1371,26 @@ void touch_node(session& sess, const held_node& n) noexcept {
   }
 }
 
-void release_node(session& sess, const held_node& n) noexcept {
+std::error_code release_node(session& sess, const held_node& n) noexcept {
   session_impl& s = sess.impl();
-  pending_delete p{n.path, {}, n.generation};
   try {
+    pending_delete p{n.path, {}, n.generation};
     {
       std::lock_guard lk{s.mu};
-      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return;
+      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return {};
       if (s.st != session_state::connected) {
         s.pending.push_back(std::move(p));
         s.cv.notify_all();
-        return;
+        return {};
       }
     }
-    if (s.opts.background_release && s.delete_in_background(p)) return;
-    if (!s.delete_now(p)) s.defer_delete(std::move(p));
+    if (s.opts.background_release && s.delete_in_background(p)) return {};
+    int rc = ZOK;
+    if (!s.delete_now(p, &rc)) s.defer_delete(std::move(p));
+    if (session_impl::refused_delete(rc)) return make_error_code(static_cast<errc>(rc));
   } catch (...) {  // allocation failure: nothing sensible left to do
   }
+  return {};
 }
 
 std::string session_password(const session& sess) {

@@ -242,8 +242,9 @@ TEST_F(Acl, WithoutCredentialsEverythingStaysOpen) {
 }
 
 // The lock node's ACL changes under a holder so that its delete is refused (NOAUTH): unlock()
-// cannot throw, so the refusal goes to the log handler, clearly; the node stays until the session
-// ends, and the session goes on working.
+// cannot throw, so the refusal goes to the log handler, clearly, and unlock(ec) / unlock_shared(ec)
+// / release(ec) report errc::no_auth; the node stays until the session ends, and the session goes
+// on working.
 TEST_F(Acl, ARefusedReleaseIsReportedToTheLogHandler) {
   const std::string path = zkt::unique_path("acl-refused-delete");
   std::mutex mu;
@@ -260,7 +261,9 @@ TEST_F(Acl, ARefusedReleaseIsReportedToTheLogHandler) {
     ASSERT_EQ(held.size(), 1u);
     zkt::raw_client alice_raw{"alice", "pw"};  // alice's identity has ADMIN on the lock node
     ASSERT_EQ(alice_raw.set_world_acl(path, zkt::perm::all & ~zkt::perm::remove), 0);
-    m.unlock();  // never throws
+    std::error_code ec;
+    m.unlock(ec);  // never throws; the error_code twin says what the server answered
+    EXPECT_EQ(ec, std::error_code{zklock::errc::no_auth}) << ec.message();
     EXPECT_FALSE(m.owns_lock());
     s.flush();
     EXPECT_EQ(zkt::children(path), held) << "the server refused the delete: the node stays";
@@ -273,13 +276,31 @@ TEST_F(Acl, ARefusedReleaseIsReportedToTheLogHandler) {
           reported = true;
       EXPECT_TRUE(reported) << "no log line reports the refused delete";
     }
+    // The same for a semaphore's lease and a read hold.
+    zklock::counting_semaphore sem{s, path + "-sem", 2};
+    sem.acquire();
+    ASSERT_EQ(alice_raw.set_world_acl(path + "-sem", zkt::perm::all & ~zkt::perm::remove), 0);
+    sem.release(ec);
+    EXPECT_EQ(ec, std::error_code{zklock::errc::no_auth}) << ec.message();
+    EXPECT_EQ(sem.held_leases(), 0);
+    zklock::shared_mutex rw{s, path + "-rw"};
+    rw.lock_shared();
+    ASSERT_EQ(alice_raw.set_world_acl(path + "-rw", zkt::perm::all & ~zkt::perm::remove), 0);
+    rw.unlock_shared(ec);
+    EXPECT_EQ(ec, std::error_code{zklock::errc::no_auth}) << ec.message();
     zklock::mutex other{s, path + "-other"};  // the session still works
     other.lock();
-    other.unlock();
+    other.unlock(ec);
+    EXPECT_FALSE(ec) << ec.message();
     ASSERT_EQ(alice_raw.set_world_acl(path, zkt::perm::all), 0);
+    ASSERT_EQ(alice_raw.set_world_acl(path + "-sem", zkt::perm::all), 0);
+    ASSERT_EQ(alice_raw.set_world_acl(path + "-rw", zkt::perm::all), 0);
   }  // the session ends: its ephemeral node goes with it
   zklock::set_log_handler({});
   EXPECT_TRUE(zkt::children(path).empty());
+  EXPECT_TRUE(zkt::children(path + "-sem").empty());
+  EXPECT_TRUE(zkt::children(path + "-rw").empty());
+  zkt::remove(path + "-sem");
   zkt::default_client_log_level();
 }
 
