@@ -14,6 +14,9 @@ Control port: send one command per line, each is answered by one line "ok <state
              arrives meanwhile is held back (like unacknowledged TCP segments), not lost.
   heal       forward normally again (held connections resume, new ones are forwarded)
   status     report the state
+  held OP    how many client requests of ZooKeeper op code OP (e.g. 2 = delete) arrived while
+             blackholed, since the last "blackhole" command: answered "ok N".  Requests are the
+             length-prefixed frames of the client-to-server stream after its connect request.
 States: normal, cut, blackhole.  An unknown command gets "error unknown command <cmd>".
 
 Exits on SIGTERM/SIGINT, or when process --owner PID is gone.
@@ -37,9 +40,12 @@ class Proxy:
         self.flowing.set()
         self.tasks = set()       # one handler task per client connection
         self.writers = {}        # task -> list of StreamWriters to abort on cut
+        self.held_ops = {}       # op code -> client requests that arrived while blackholed
 
     # -- control ---------------------------------------------------------------------------
     def set_state(self, state):
+        if state == "blackhole" and self.state != "blackhole":
+            self.held_ops = {}
         self.state = state
         if state == "normal":
             self.flowing.set()
@@ -72,7 +78,7 @@ class Proxy:
             self.writers[task].append(swriter)
             if self.state == "cut":
                 return
-            up = asyncio.ensure_future(self.pump(creader, swriter))
+            up = asyncio.ensure_future(self.pump_requests(creader, swriter))
             down = asyncio.ensure_future(self.pump(sreader, cwriter))
             try:
                 await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
@@ -100,6 +106,39 @@ class Proxy:
         except (OSError, ConnectionError):
             return
 
+    async def pump_requests(self, reader, writer):
+        """Client to server: like pump(), but it keeps reading while blackholed (the bytes are held
+        here instead of in the kernel, and forwarded in order once healed) so that it can count the
+        requests that arrive meanwhile."""
+        chunks = asyncio.Queue()
+        frames = FrameCounter()
+
+        async def read_side():
+            while True:
+                data = await reader.read(CHUNK)
+                held = not self.flowing.is_set()
+                for op in frames.feed(data):
+                    if held:
+                        self.held_ops[op] = self.held_ops.get(op, 0) + 1
+                await chunks.put(data)
+                if not data:
+                    return
+
+        reading = asyncio.ensure_future(read_side())
+        try:
+            while True:
+                data = await chunks.get()
+                if not data:
+                    return
+                await self.flowing.wait()   # hold the bytes while blackholed
+                writer.write(data)
+                await writer.drain()
+        except (OSError, ConnectionError):
+            return
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+
     async def handle_ctrl(self, reader, writer):
         try:
             while True:
@@ -114,6 +153,8 @@ class Proxy:
                     reply = "ok %s\n" % self.state
                 elif cmd == "status":
                     reply = "ok %s\n" % self.state
+                elif cmd.startswith("held ") and cmd[5:].strip().lstrip("-").isdigit():
+                    reply = "ok %d\n" % self.held_ops.get(int(cmd[5:]), 0)
                 else:
                     reply = "error unknown command %s\n" % cmd
                 writer.write(reply.encode())
@@ -122,6 +163,29 @@ class Proxy:
             pass
         finally:
             abort(writer)
+
+
+class FrameCounter:
+    """Splits a client-to-server ZooKeeper stream into its length-prefixed frames and yields the op
+    code of each request (the first frame, the connect request, has none)."""
+
+    def __init__(self):
+        self.buf = b""
+        self.seen_connect = False
+
+    def feed(self, data):
+        self.buf += data
+        ops = []
+        while len(self.buf) >= 4:
+            n = int.from_bytes(self.buf[:4], "big", signed=True)
+            if n < 0 or len(self.buf) < 4 + n:
+                break
+            frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+            if not self.seen_connect:
+                self.seen_connect = True
+            elif len(frame) >= 8:
+                ops.append(int.from_bytes(frame[4:8], "big", signed=True))  # after the xid
+        return ops
 
 
 def abort(writer):

@@ -490,7 +490,7 @@ class zk_proxy {
   /// Returns: the connect string that goes through the proxy.
   std::string connect() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  /// Effects: sends `cmd` ("cut", "blackhole", "heal"). Returns: the proxy's answer.
+  /// Effects: sends `cmd` ("cut", "blackhole", "heal", "held OP"). Returns: the proxy's answer.
   std::string command(const std::string& cmd) {
     const std::string line = cmd + "\n";
     if (::send(ctrl_, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
@@ -847,7 +847,7 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
   zk_proxy proxy{zk.connect()};
   const auto path = zkt::unique_path("fi-abandoned");
   zkt::create_path(path);
-  const auto timeout = scaled(6000ms);
+  const auto timeout = scaled(12000ms);
   zklock::session hs{opts(zk.connect(), timeout)};
   bounded_mutex holder{hs, path};
   ASSERT_TRUE(holder.try_lock());
@@ -869,14 +869,24 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
       threads.emplace_back([&, idx] { EXPECT_FALSE(ms[idx]->try_lock_for(wait)); });
       threads.emplace_back([&, idx] { EXPECT_FALSE(cs[idx]->try_lock_for(wait)); });
     }
-    const auto every_deadline_past = steady_clock::now() + wait;
     ASSERT_TRUE(zkt::await_children(path, 1u + 2 * waiters));
     ASSERT_TRUE(zkt::await_watch(path, s));
     ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
     // The fault's second step, once every wait has given up and sent its clean-up into the
-    // blackhole (the client notices a silent connection only after 2/3 of the timeout; its
-    // detection is not punctual enough to wait for with a session to keep).
-    std::this_thread::sleep_until(every_deadline_past + scaled(500ms));
+    // blackhole: the proxy counts the deletes it holds back (op code 2), one for each waiter node
+    // still on the server (a wait that gave up before the blackhole had its delete answered). A
+    // waiter caught in the middle of a request (a children watch waiter re-listing after the last
+    // join) gives up only when the client notices the silence (2/3 of the timeout): then cut at
+    // once, which leaves the client a third of the timeout to get its session back.
+    auto every_cleanup_sent = [&] {
+      const auto standing = zkt::children(path).size() - 1;  // the holder's node stays
+      return proxy.command("held 2") == "ok " + std::to_string(standing);
+    };
+    const auto limit = steady_clock::now() + timeout;
+    while (!every_cleanup_sent() && s.state() == zklock::session_state::connected) {
+      ASSERT_LT(steady_clock::now(), limit) << "the client never noticed the blackhole";
+      std::this_thread::sleep_for(5ms);  // polling the proxy's count and the session's state
+    }
     EXPECT_EQ(proxy.command("cut"), "ok cut");
     threads.clear();  // the unanswered requests fail with the connection: every wait returns
   }  // ... and every lock object is freed
@@ -917,8 +927,8 @@ TEST(FaultInjection, LossIsReportedInTimeWhileTheSessionHasDeletesToRetry) {
     // until the reaper closes that session or the server expires it.)
     ASSERT_TRUE(a.try_lock_for(2 * timeout));
     std::atomic<long long> lost_after{-1};
-    steady_clock::time_point cut_at;
-    std::stop_callback on_loss{a.lost_token(), [&] { lost_after = ms_between(cut_at, steady_clock::now()); }};
+    std::atomic<steady_clock::time_point> cut_at{};  // read by the callback, on the session's thread
+    std::stop_callback on_loss{a.lost_token(), [&] { lost_after = ms_between(cut_at.load(), steady_clock::now()); }};
     std::vector<std::unique_ptr<zklock::mutex>> waiters;
     for (int i = 0; i < 4; ++i) waiters.push_back(std::make_unique<zklock::mutex>(s, path + "-b"));
     {
