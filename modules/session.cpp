@@ -726,12 +726,15 @@ struct session_impl {
   }
 
   /// Effects: counts a background request done: its completion ran, or it could not be sent.
+  /// Wakes shutdown() when it waits for the last one (nobody else waits for them: a wake-up per
+  /// release would cost the worker a context switch for nothing).
   void end_background() noexcept {
+    bool last_while_closing;
     {
       std::lock_guard lk{mu};
-      --inflight;
+      last_while_closing = --inflight == 0 && closed;
     }
-    cv.notify_all();
+    if (last_while_closing) cv.notify_all();
   }
 
   /// Ends a background request when a completion returns, whichever way it returns.
