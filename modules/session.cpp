@@ -650,17 +650,9 @@ struct session_impl {
   bool send_pending(const pending_delete& p) {
     if (p.touch) return touch_in_background(p);
     if (p.prefix.empty()) return delete_in_background(p);
-    std::shared_lock hl{handle_mu};
-    if (!zh) return true;
-    auto box = std::make_unique<background_delete>(background_delete{this, p});
-    begin_background();
-    const int rc = zoo_aget_children(zh, box->p.path.c_str(), 0, &on_prefixed_listing, box.get());
-    if (rc != ZOK) {
-      end_background();
-      return false;
-    }
-    box.release();  // owned by the completion now, which always comes (reply, loss or close)
-    return true;
+    return send_in_background(p, [](zhandle_t* h, background_delete* box) {
+      return zoo_aget_children(h, box->p.path.c_str(), 0, &on_prefixed_listing, box);
+    });
   }
 
   /// The listing of a lock node under which a node of ours (by its prefix) may stand: each one found
@@ -743,15 +735,16 @@ struct session_impl {
     ~background_done() { s->end_background(); }
   };
 
-  /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
-  /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
-  bool delete_in_background(const pending_delete& p) {
+  /// Effects: sends one background request for `p`: `send(zh, box)` is a zoo_a* call whose
+  /// completion owns the box from then on and ends the request with a background_done.
+  /// Returns: false if it could not be sent (then nothing was done); true also if the handle is gone.
+  template <class Send>
+  bool send_in_background(const pending_delete& p, Send send) {
     std::shared_lock hl{handle_mu};
     if (!zh) return true;
     auto box = std::make_unique<background_delete>(background_delete{this, p});
     begin_background();
-    const int rc = zoo_adelete(zh, box->p.path.c_str(), -1, &on_background_delete, box.get());
-    if (rc != ZOK) {
+    if (send(zh, box.get()) != ZOK) {
       end_background();
       return false;
     }
@@ -759,22 +752,22 @@ struct session_impl {
     return true;
   }
 
+  /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
+  /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
+  bool delete_in_background(const pending_delete& p) {
+    return send_in_background(p, [](zhandle_t* h, background_delete* box) {
+      return zoo_adelete(h, box->p.path.c_str(), -1, &on_background_delete, box);
+    });
+  }
+
   /// Effects: sends the data bump of p.path (p.touch) and returns; its completion retries it later
   /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
   bool touch_in_background(const pending_delete& p) {
-    std::shared_lock hl{handle_mu};
-    if (!zh) return true;
-    auto box = std::make_unique<background_delete>(background_delete{this, p});
     const std::string data = contender_data();
-    begin_background();
-    const int rc = zoo_aset(zh, box->p.path.c_str(), data.data(), static_cast<int>(data.size()), -1,
-                            &on_background_touch, box.get());
-    if (rc != ZOK) {
-      end_background();
-      return false;
-    }
-    box.release();  // owned by the completion now
-    return true;
+    return send_in_background(p, [&data](zhandle_t* h, background_delete* box) {
+      return zoo_aset(h, box->p.path.c_str(), data.data(), static_cast<int>(data.size()), -1, &on_background_touch,
+                      box);
+    });
   }
 
   static void on_background_touch(int rc, const struct Stat*, const void* data) noexcept {

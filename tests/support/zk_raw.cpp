@@ -120,6 +120,13 @@ void sync_observer(zhandle_t* zh) {
   b->c.wait_for(lk, std::chrono::seconds{10}, [&] { return b->done; });
 }
 
+/// Returns: the observer, synced (see sync_observer).
+zhandle_t* synced_observer() {
+  zhandle_t* zh = observer();
+  sync_observer(zh);
+  return zh;
+}
+
 }  // namespace
 
 std::string connect() {
@@ -139,8 +146,7 @@ std::string unique_path(std::string_view stem) {
 std::vector<std::string> children(const std::string& path) {
   String_vector kids{};
   std::vector<std::string> out;
-  zhandle_t* zh = observer();
-  sync_observer(zh);
+  zhandle_t* zh = synced_observer();
   if (zoo_get_children(zh, path.c_str(), 0, &kids) == ZOK) {
     for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
     deallocate_String_vector(&kids);
@@ -149,8 +155,7 @@ std::vector<std::string> children(const std::string& path) {
 }
 
 bool exists(const std::string& path) {
-  zhandle_t* zh = observer();
-  sync_observer(zh);
+  zhandle_t* zh = synced_observer();
   return zoo_exists(zh, path.c_str(), 0, nullptr) == ZOK;
 }
 
@@ -335,8 +340,7 @@ node_stat stat_node(const std::string& path) {
   char buf[4096];
   int len = sizeof buf;
   struct Stat st {};
-  zhandle_t* zh = observer();
-  sync_observer(zh);
+  zhandle_t* zh = synced_observer();
   if (zoo_get(zh, path.c_str(), 0, buf, &len, &st) != ZOK) return out;
   out.exists = true;
   if (len > 0) out.data.assign(buf, static_cast<std::size_t>(len));
