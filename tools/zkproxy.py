@@ -12,12 +12,15 @@ Control port: send one command per line, each is answered by one line "ok <state
   blackhole  silent partition: connections stay open but no byte is forwarded in either
              direction; new connections are accepted but not connected/forwarded.  Data that
              arrives meanwhile is held back (like unacknowledged TCP segments), not lost.
+  holdnew    current connections forward normally; new connections are accepted but held (not
+             connected to the target) until "heal".  For a client that must not reconnect
+             while its old connection's last requests are still to be served.
   heal       forward normally again (held connections resume, new ones are forwarded)
   status     report the state
   held OP    how many client requests of ZooKeeper op code OP (e.g. 2 = delete) arrived while
              blackholed, since the last "blackhole" command: answered "ok N".  Requests are the
              length-prefixed frames of the client-to-server stream after its connect request.
-States: normal, cut, blackhole.  An unknown command gets "error unknown command <cmd>".
+States: normal, cut, blackhole, holdnew.  An unknown command gets "error unknown command <cmd>".
 
 Exits on SIGTERM/SIGINT, or when process --owner PID is gone.
 """
@@ -38,6 +41,8 @@ class Proxy:
         self.state = "normal"
         self.flowing = asyncio.Event()
         self.flowing.set()
+        self.admitting = asyncio.Event()   # new connections are connected to the target
+        self.admitting.set()
         self.tasks = set()       # one handler task per client connection
         self.writers = {}        # task -> list of StreamWriters to abort on cut
         self.held_ops = {}       # op code -> client requests that arrived while blackholed
@@ -47,10 +52,14 @@ class Proxy:
         if state == "blackhole" and self.state != "blackhole":
             self.held_ops = {}
         self.state = state
-        if state == "normal":
+        if state in ("normal", "holdnew"):
             self.flowing.set()
         else:
             self.flowing.clear()
+        if state == "normal":
+            self.admitting.set()
+        else:
+            self.admitting.clear()
         if state == "cut":
             self.drop_all()
 
@@ -69,7 +78,7 @@ class Proxy:
         self.tasks.add(task)
         self.writers[task] = [cwriter]
         try:
-            await self.flowing.wait()   # blackhole: hold new connections unconnected
+            await self.admitting.wait()   # blackhole, holdnew: hold new connections unconnected
             try:
                 sreader, swriter = await asyncio.wait_for(
                     asyncio.open_connection(self.target_host, self.target_port), 10)
@@ -148,7 +157,7 @@ class Proxy:
                 cmd = line.decode("ascii", "replace").strip().lower()
                 if not cmd:
                     continue
-                if cmd in ("cut", "blackhole", "heal"):
+                if cmd in ("cut", "blackhole", "holdnew", "heal"):
                     self.set_state("normal" if cmd == "heal" else cmd)
                     reply = "ok %s\n" % self.state
                 elif cmd == "status":
