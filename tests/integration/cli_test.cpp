@@ -136,7 +136,8 @@ class zklock_run {
 
   pid_t pid() const noexcept { return pid_; }
 
-  /// Returns: the next line of stdout, or nullopt at its end or after `timeout`.
+  /// Returns: the next line of stdout (the last one may lack its newline), or nullopt at its end
+  /// or after `timeout`.
   std::optional<std::string> read_line(std::chrono::milliseconds timeout = 60s) {
     const auto limit = steady_clock::now() + timeout;
     for (;;) {
@@ -145,7 +146,12 @@ class zklock_run {
         buf_.erase(0, nl + 1);
         return line;
       }
-      if (!readable(from_child_, limit) || !drain()) return std::nullopt;
+      if (eof_) {
+        if (buf_.empty()) return std::nullopt;
+        return std::exchange(buf_, std::string{});
+      }
+      if (!readable(from_child_, limit)) return std::nullopt;
+      eof_ = !drain();  // what it read before the end still counts (one drain may see both)
     }
   }
 
@@ -215,6 +221,7 @@ class zklock_run {
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
   bool reaped_ = false;
+  bool eof_ = false;
   int status_ = 0;
   std::string buf_;
 };
