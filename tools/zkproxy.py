@@ -20,6 +20,8 @@ Control port: send one command per line, each is answered by one line "ok <state
   held OP    how many client requests of ZooKeeper op code OP (e.g. 2 = delete) arrived while
              blackholed, since the last "blackhole" command: answered "ok N".  Requests are the
              length-prefixed frames of the client-to-server stream after its connect request.
+  paths OP   the paths of those held requests of op code OP (e.g. 15 = create2), in arrival
+             order: answered "ok PATH PATH ..." ("ok" alone when there are none).
 States: normal, cut, blackhole, holdnew.  An unknown command gets "error unknown command <cmd>".
 
 Exits on SIGTERM/SIGINT, or when process --owner PID is gone.
@@ -46,11 +48,13 @@ class Proxy:
         self.tasks = set()       # one handler task per client connection
         self.writers = {}        # task -> list of StreamWriters to abort on cut
         self.held_ops = {}       # op code -> client requests that arrived while blackholed
+        self.held_paths = {}     # op code -> their paths
 
     # -- control ---------------------------------------------------------------------------
     def set_state(self, state):
         if state == "blackhole" and self.state != "blackhole":
             self.held_ops = {}
+            self.held_paths = {}
         self.state = state
         if state in ("normal", "holdnew"):
             self.flowing.set()
@@ -126,9 +130,11 @@ class Proxy:
             while True:
                 data = await reader.read(CHUNK)
                 held = not self.flowing.is_set()
-                for op in frames.feed(data):
+                for op, path in frames.feed(data):
                     if held:
                         self.held_ops[op] = self.held_ops.get(op, 0) + 1
+                        if path is not None:
+                            self.held_paths.setdefault(op, []).append(path)
                 await chunks.put(data)
                 if not data:
                     return
@@ -164,6 +170,8 @@ class Proxy:
                     reply = "ok %s\n" % self.state
                 elif cmd.startswith("held ") and cmd[5:].strip().lstrip("-").isdigit():
                     reply = "ok %d\n" % self.held_ops.get(int(cmd[5:]), 0)
+                elif cmd.startswith("paths ") and cmd[6:].strip().lstrip("-").isdigit():
+                    reply = " ".join(["ok"] + self.held_paths.get(int(cmd[6:]), [])) + "\n"
                 else:
                     reply = "error unknown command %s\n" % cmd
                 writer.write(reply.encode())
@@ -176,7 +184,8 @@ class Proxy:
 
 class FrameCounter:
     """Splits a client-to-server ZooKeeper stream into its length-prefixed frames and yields the op
-    code of each request (the first frame, the connect request, has none)."""
+    code of each request (the first frame, the connect request, has none) with the path that most
+    requests carry first (None when the frame has none)."""
 
     def __init__(self):
         self.buf = b""
@@ -193,7 +202,13 @@ class FrameCounter:
             if not self.seen_connect:
                 self.seen_connect = True
             elif len(frame) >= 8:
-                ops.append(int.from_bytes(frame[4:8], "big", signed=True))  # after the xid
+                op = int.from_bytes(frame[4:8], "big", signed=True)  # after the xid
+                path = None
+                if len(frame) >= 12:
+                    n = int.from_bytes(frame[8:12], "big", signed=True)
+                    if 0 < n <= len(frame) - 12:
+                        path = frame[12:12 + n].decode("utf-8", "replace")
+                ops.append((op, path))
         return ops
 
 

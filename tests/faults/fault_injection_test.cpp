@@ -1046,6 +1046,61 @@ TEST(FaultInjection, CreateWhoseReplyIsLostIsAdoptedExactlyOnce) {
   EXPECT_TRUE(zkt::children(path).empty()) << "unlock left a node behind";
 }
 
+// 3b. Protected creation adopts a node only if our session owns it. lock()'s create is held back
+// by the proxy, so its outcome will be unknown; meanwhile another session creates a node with the
+// very name prefix (the attempt's unique id) read off the held request: a forgery, since a real
+// clash needs a uuid collision. The proxy then drops the connection with the create unsent, and
+// lock(), reconnected, finds a node with its id that is not its own: it must not adopt it, but
+// create its own and queue behind it.
+TEST(FaultInjection, LostCreateDoesNotAdoptAnotherSessionsNodeWithItsId) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-forged");
+  zkt::create_path(path);
+  const auto timeout = scaled(6000ms);
+  zklock::session s{opts(proxy.connect(), timeout)};
+  bounded_mutex m{s, path};
+  ASSERT_TRUE(m.try_lock());  // the ACL check is done: lock() sends its create first
+  m.unlock();
+
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  auto locker = lock_async(m);
+  constexpr int create2_op = 15;  // ZooKeeper's op code of the create that lock() sends
+  std::string held;  // "ok PREFIX": the create's path, the lock path plus our name prefix
+  const auto limit = steady_clock::now() + timeout / 2;
+  while ((held = proxy.command("paths " + std::to_string(create2_op))) == "ok" && steady_clock::now() < limit)
+    std::this_thread::sleep_for(2ms);  // polling the proxy's record of what it holds back
+  ASSERT_TRUE(held.starts_with("ok " + path + "/")) << held;
+  const std::string prefix = held.substr(3);
+  ASSERT_EQ(prefix.find(' '), std::string::npos) << "more than one create: " << held;
+
+  zkt::raw_client forger;
+  const auto forged = forger.create_ephemeral_sequential(prefix);
+  ASSERT_TRUE(forged.has_value());
+  EXPECT_EQ(proxy.command("cut"), "ok cut");  // the held create goes with its connection, unsent
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+
+  ASSERT_TRUE(zkt::await_children(path, 2)) << "lock() did not queue a node of its own";
+  const auto kids = zkt::children(path);
+  std::string mine;
+  for (const auto& k : kids)
+    if (path + "/" + k != *forged) mine = path + "/" + k;
+  ASSERT_FALSE(mine.empty());
+  EXPECT_TRUE(mine.starts_with(prefix)) << "the new node should carry the same attempt id: " << mine;
+  EXPECT_EQ(zkt::stat_node(mine).ephemeral_owner, s.id());
+  EXPECT_EQ(zkt::stat_node(*forged).ephemeral_owner, forger.id()) << "the forged node changed hands";
+  EXPECT_EQ(locker.wait_for(0s), std::future_status::timeout) << "granted while the forged node precedes ours";
+
+  ASSERT_EQ(forger.remove(*forged), ZOK);
+  ASSERT_EQ(locker.wait_for(scaled(30s)), std::future_status::ready) << "lock() did not return after the forgery went";
+  const grant g = locker.get();
+  ASSERT_TRUE(g.held) << g.error;
+  EXPECT_EQ(s.generation(), 1u) << "the session should have survived the cut";
+  EXPECT_EQ(m.fencing_token(), zkt::stat_node(mine).czxid) << "the token is not our own node's";
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty()) << "unlock left a node behind";
+}
+
 // 4. The leader of a 3-node ensemble killed while several sessions contend for one lock: grants
 // resume soon, no hold is reported lost, and never two holders at once.
 TEST(FaultInjection, LeaderKilledDuringContentionPausesGrantsBriefly) {

@@ -462,6 +462,19 @@ int raw_client::create_with_world(const std::string& path, int world_perms) {
   return zoo_create(static_cast<zhandle_t*>(zh_), path.c_str(), nullptr, -1, &acl, 0, nullptr, 0);
 }
 
+std::optional<std::string> raw_client::create_ephemeral_sequential(const std::string& prefix) {
+  char created[1024];
+  const int rc = zoo_create(static_cast<zhandle_t*>(zh_), prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,
+                            ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
+  if (rc != ZOK) return std::nullopt;
+  return std::string{created};
+}
+
+std::int64_t raw_client::id() const {
+  const clientid_t* id = zoo_client_id(static_cast<zhandle_t*>(zh_));
+  return id ? id->client_id : 0;
+}
+
 int raw_client::set_world_acl(const std::string& path, int world_perms) {
   char world_scheme[] = "world", world_id[] = "anyone";
   ACL entries[] = {{world_perms, {world_scheme, world_id}}};

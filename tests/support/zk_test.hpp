@@ -166,6 +166,13 @@ class raw_client {
   /// Needs ADMIN on the node. Returns: the C client's return code.
   int set_world_acl(const std::string& path, int world_perms);
 
+  /// Effects: creates an ephemeral sequential node named `prefix` plus a sequence number, open to
+  /// everyone, owned by this client's session. Returns: its full path, or nullopt on failure.
+  std::optional<std::string> create_ephemeral_sequential(const std::string& prefix);
+
+  /// Returns: this client's session id.
+  std::int64_t id() const;
+
  private:
   void* zh_;  // zhandle_t*
 };
