@@ -32,6 +32,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,7 +93,9 @@ Commands:
          the wait (zklock leaves the queue and exits with 128+signal).
   ls     List the contenders of PATH in queue order: position, state (holder or waiter), kind,
          fencing token, host, pid and start time of each (zklock stores host, pid and time in
-         its nodes; for Curator's nodes the host is the IP address they store).
+         its nodes; for Curator's nodes the host is the IP address they store), and for holders
+         that are zklock exec processes what their acquire cost: wait, hold time so far,
+         wake-ups and ZooKeeper requests (exec records them beside its node while it holds).
   wait   Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.
 
 Lock modes for exec (at most one; default: --write):
@@ -434,6 +437,12 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   }
 }
 
+// The acquire record: an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
+// holding "granted=<unix ms> waited=<ms> ahead=<n> wakeups=<n> requests=<n>". Not the contender
+// node's own data: a changed contender node means something to the lock (a semaphore's poke), and
+// the name is no contender to zklock or Curator (no marker; it sorts after every sequence number).
+constexpr std::string_view record_prefix = "zkstats-";
+
 // ---- ls ---------------------------------------------------------------------------------------
 
 /// Returns: `ms` since the epoch as ISO 8601 UTC, e.g. "2025-01-31T12:00:00.250Z".
@@ -489,6 +498,66 @@ const char* side_name(zklock::contender_side s) {
   return s == zklock::contender_side::mutex ? "lock" : zklock::to_string(s);
 }
 
+/// An acquire record (see record_prefix), read back.
+struct acquire_record {
+  long long granted_ms = 0, waited_ms = 0, ahead = 0, wakeups = 0, requests = 0;
+};
+
+/// Returns: the record in `data`, if every field is there and whole.
+std::optional<acquire_record> parse_record(std::string_view data) {
+  acquire_record r;
+  unsigned found = 0;
+  const std::pair<std::string_view, long long*> fields[] = {{"granted=", &r.granted_ms}, {"waited=", &r.waited_ms},
+                                                            {"ahead=", &r.ahead},         {"wakeups=", &r.wakeups},
+                                                            {"requests=", &r.requests}};
+  while (!data.empty()) {
+    const auto sp = data.find(' ');
+    const auto word = data.substr(0, sp);
+    data = sp == std::string_view::npos ? std::string_view{} : data.substr(sp + 1);
+    for (std::size_t i = 0; i < std::size(fields); ++i) {
+      if (!word.starts_with(fields[i].first)) continue;
+      const auto v = word.substr(fields[i].first.size());
+      long long n = 0;
+      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec == std::errc{} && ptr == v.data() + v.size() && !v.empty() && n >= 0) {
+        *fields[i].second = n;
+        found |= 1u << i;
+      }
+    }
+  }
+  if (found != (1u << std::size(fields)) - 1) return std::nullopt;
+  return r;
+}
+
+/// Returns: the acquire records under `path`, by the token of the hold they describe.
+std::map<std::int64_t, acquire_record> acquire_records(zklock::session& s, const std::string& path) {
+  namespace d = zklock::detail;
+  std::map<std::int64_t, acquire_record> out;
+  const auto listing = d::list_children(s, path, nullptr, steady::now() + s.options().connect_timeout);
+  if (!listing) return out;
+  for (const auto& name : *listing) {
+    if (!name.starts_with(record_prefix)) continue;
+    const std::string_view digits = std::string_view{name}.substr(record_prefix.size());
+    std::int64_t token = 0;
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), token);
+    if (ec != std::errc{} || ptr != digits.data() + digits.size()) continue;
+    if (const auto info = d::read_node(s, path + "/" + name))
+      if (const auto r = parse_record(info->data)) out[token] = *r;
+  }
+  return out;
+}
+
+/// Returns: a duration for people: "850ms", "12.3s", "4m05s", "2h07m".
+std::string span(long long ms_count) {
+  char buf[48];
+  if (ms_count < 0) ms_count = 0;
+  if (ms_count < 1000) std::snprintf(buf, sizeof buf, "%lldms", ms_count);
+  else if (ms_count < 60'000) std::snprintf(buf, sizeof buf, "%lld.%llds", ms_count / 1000, ms_count % 1000 / 100);
+  else if (ms_count < 3'600'000) std::snprintf(buf, sizeof buf, "%lldm%02llds", ms_count / 60'000, ms_count % 60'000 / 1000);
+  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", ms_count / 3'600'000, ms_count % 3'600'000 / 60'000);
+  return buf;
+}
+
 int cmd_ls(const options& o) {
   auto s = open_session(o);
   const auto rows = zklock::contenders(*s, o.path);  // the library's own view of the queue
@@ -496,10 +565,21 @@ int cmd_ls(const options& o) {
     if (!c.who.since) return std::nullopt;
     return std::chrono::duration_cast<std::chrono::milliseconds>(c.who.since->time_since_epoch()).count();
   };
+  // What the holders' acquires cost, as `zklock exec` holders recorded it (others record nothing).
+  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{} : acquire_records(*s, o.path);
+  auto record = [&](const zklock::contender_info& c) -> const acquire_record* {
+    if (c.state != zklock::contender_state::holder) return nullptr;
+    const auto it = records.find(c.token);
+    return it == records.end() ? nullptr : &it->second;
+  };
+  const long long now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 
   if (o.json) {
     for (const auto& r : rows) {
       const auto ms = since_ms(r);
+      const auto* a = record(r);
+      auto number = [&](long long v) { return a ? std::to_string(v) : std::string{"null"}; };
       std::string line = "{\"path\":" + json_string(o.path) + ",\"position\":" + std::to_string(r.position + 1) +
                          ",\"state\":" + json_string(zklock::to_string(r.state)) +
                          ",\"kind\":" + json_string(side_name(r.side)) + ",\"token\":" + std::to_string(r.token) +
@@ -507,6 +587,11 @@ int cmd_ls(const options& o) {
                          ",\"pid\":" + (r.who.pid ? std::to_string(*r.who.pid) : "null") +
                          ",\"since\":" + (ms ? json_string(iso_time(*ms)) : "null") +
                          ",\"since_ms\":" + (ms ? std::to_string(*ms) : "null") +
+                         ",\"granted\":" + (a ? json_string(iso_time(a->granted_ms)) : "null") +
+                         ",\"granted_ms\":" + number(a ? a->granted_ms : 0) +
+                         ",\"held_ms\":" + number(a ? std::max(0LL, now_ms - a->granted_ms) : 0) +
+                         ",\"waited_ms\":" + number(a ? a->waited_ms : 0) + ",\"ahead\":" + number(a ? a->ahead : 0) +
+                         ",\"wakeups\":" + number(a ? a->wakeups : 0) + ",\"requests\":" + number(a ? a->requests : 0) +
                          ",\"node\":" + json_string(r.node) + "}\n";
       std::fputs(line.c_str(), stdout);
     }
@@ -516,12 +601,16 @@ int cmd_ls(const options& o) {
     std::printf("no contenders on %s\n", o.path.c_str());
     return exit_code::ok;
   }
-  std::vector<std::vector<std::string>> table{{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "NODE"}};
+  std::vector<std::vector<std::string>> table{
+      {"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "WAITED", "HELD", "WAKEUPS", "REQUESTS", "NODE"}};
   for (const auto& r : rows) {
     const auto ms = since_ms(r);
+    const auto* a = record(r);
     table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), side_name(r.side),
                      std::to_string(r.token), r.who.host.empty() ? "-" : r.who.host,
-                     r.who.pid ? std::to_string(*r.who.pid) : "-", ms ? iso_time(*ms) : "-", r.node});
+                     r.who.pid ? std::to_string(*r.who.pid) : "-", ms ? iso_time(*ms) : "-",
+                     a ? span(a->waited_ms) : "-", a ? span(now_ms - a->granted_ms) : "-",
+                     a ? std::to_string(a->wakeups) : "-", a ? std::to_string(a->requests) : "-", r.node});
   }
   std::vector<std::size_t> width(table.front().size(), 0);
   for (const auto& line : table)
@@ -801,6 +890,30 @@ struct hold {
   std::optional<std::stop_callback<lose_lease>> session_loss;
 };
 
+/// What the acquire of this process cost (one acquire per process), from the hooks below.
+struct acquire_figures {
+  bool valid = false;
+  std::chrono::steady_clock::duration wait{};
+  std::size_t ahead = 0, wakeups = 0, requests = 0;
+};
+acquire_figures g_acquire;
+
+/// exec's hooks policy: keeps the figures of the acquire, which exec then records for `zklock ls`
+/// (the main thread acquires, then reads them: no other thread involved).
+struct record_hooks {
+  static constexpr bool enabled = true;
+  static void on_acquire(const zklock::acquire_stats& a) noexcept {
+    g_acquire = {a.acquired, a.wait, a.queue_position, a.wakeups, a.requests};
+  }
+  static void on_release(const zklock::release_stats&) noexcept {}
+};
+using exec_mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                       zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
+using exec_shared_mutex = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                                     zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
+using exec_semaphore = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
+                                                        zklock::timeout_forever, record_hooks>;
+
 /// Returns: our contender node among `kinds` under `path` (the one owned by our session).
 std::optional<std::pair<std::string, zklock::detail::node_info>> own_node(zklock::session& s, const std::string& path,
                                                                           unsigned kinds) {
@@ -867,6 +980,25 @@ int exit_status_of(int status) {
   return exit_code::software;
 }
 
+/// Effects: records what the acquire cost for `zklock ls` (see record_prefix). Best effort: a
+/// failure is only reported with --verbose (a lost lock is the loss signal's business).
+/// Returns: the record's path, if created.
+std::optional<std::string> record_acquire(zklock::session& s, const options& o, std::int64_t token) {
+  if (!g_acquire.valid) return std::nullopt;
+  try {
+    const auto now_ms = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto waited = std::chrono::duration_cast<ms>(g_acquire.wait).count();
+    const std::string data = "granted=" + std::to_string(now_ms) + " waited=" + std::to_string(waited) +
+                             " ahead=" + std::to_string(g_acquire.ahead) + " wakeups=" + std::to_string(g_acquire.wakeups) +
+                             " requests=" + std::to_string(g_acquire.requests);
+    std::string path = o.path + "/" + std::string{record_prefix} + std::to_string(token);
+    if (zklock::detail::create_ephemeral(s, path, data)) return path;
+  } catch (const std::exception& e) {
+    if (g_verbose) say("could not record the acquire on %s: %s", o.path.c_str(), e.what());
+  }
+  return std::nullopt;
+}
+
 int cmd_exec(const options& o) {
   namespace d = zklock::detail;
   const std::string file = resolve_command(o.argv.front());  // fail fast, before waiting for a lock
@@ -885,9 +1017,9 @@ int cmd_exec(const options& o) {
     }
   }
 
-  std::optional<zklock::mutex> mx;
-  std::optional<zklock::shared_mutex> rw;
-  std::optional<zklock::counting_semaphore> sem;
+  std::optional<exec_mutex> mx;
+  std::optional<exec_shared_mutex> rw;
+  std::optional<exec_semaphore> sem;
   const std::uint64_t generation = s->generation();
   bool acquired = false;
   {
@@ -977,6 +1109,12 @@ int cmd_exec(const options& o) {
     }
   }
   if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h.token));
+  if (auto record = record_acquire(*s, o, h.token)) {  // gone before the lock is released
+    h.release = [&s, generation, path = std::move(*record), release = std::move(h.release)] {
+      zklock::detail::release_node(*s, zklock::detail::held_node{path, 0, generation});
+      release();
+    };
+  }
 
   // The loss signal, as a readable pipe for poll().
   int lp[2];

@@ -268,4 +268,10 @@ struct node_info {
 /// Throws: std::system_error (operation_timeout after that wait, session or server failures).
 std::optional<node_info> read_node(session& s, const std::string& path);
 
+/// Effects: creates the ephemeral node `path` holding `data` (the ACL of contender nodes). Waits
+/// through a connection loss for up to the session's connect_timeout. Returns: false if its
+/// parent does not exist or a node of another session is there.
+/// Throws: std::system_error (operation_timeout after that wait, session or server failures).
+bool create_ephemeral(session& s, const std::string& path, std::string_view data);
+
 }  // namespace zklock::detail

@@ -230,9 +230,18 @@ class zklock_run {
 int run(zklock_run& r, std::chrono::milliseconds timeout = 60s) { return r.wait(timeout); }
 
 /// Polls the server until `path` has `n` children, or `r` exits, or 30 s pass.
+/// Returns: the contender nodes under `path`: its children but the acquire records that `zklock
+/// exec` holders add beside their nodes ("zkstats-<token>").
+std::vector<std::string> contender_nodes(const std::string& path) {
+  auto kids = zkt::children(path);
+  std::erase_if(kids, [](const std::string& k) { return k.starts_with("zkstats-"); });
+  return kids;
+}
+
+/// Returns: whether `path` has `n` contender nodes within 30 s (false at once if `r` exited).
 bool await_children(const std::string& path, std::size_t n, zklock_run& r) {
   const auto limit = steady_clock::now() + 30s;
-  while (zkt::children(path).size() != n) {
+  while (contender_nodes(path).size() != n) {
     if (r.exited() || steady_clock::now() > limit) return false;
     std::this_thread::sleep_for(2ms);  // polling interval, not a synchronisation
   }
@@ -581,7 +590,7 @@ TEST(CliExec, TimeoutWhileHeldExits124AndLeavesNothing) {
     EXPECT_EQ(run(r), 124) << timeout << ": " << r.err();
     EXPECT_EQ(r.out(), "") << "CMD must not run without the lock";
     EXPECT_NE(r.err().find(std::string{timeout} == "0" ? "is taken" : "timed out"), std::string::npos) << r.err();
-    EXPECT_EQ(zkt::children(path).size(), 1u) << "only the holder's node is left";
+    EXPECT_EQ(contender_nodes(path).size(), 1u) << "only the holder's node is left";
   }
   EXPECT_EQ(h.release(), 0);
   EXPECT_TRUE(zkt::children(path).empty());
@@ -689,7 +698,7 @@ TEST(CliExec, SignalWhileWaitingGivesUpTheWait) {
   waiter.signal(SIGINT);
   EXPECT_EQ(run(waiter), 128 + SIGINT) << waiter.err();
   EXPECT_EQ(waiter.out(), "");
-  EXPECT_EQ(zkt::children(path).size(), 1u) << "the waiter's node must be gone";
+  EXPECT_EQ(contender_nodes(path).size(), 1u) << "the waiter's node must be gone";
   EXPECT_EQ(h.release(), 0);
 }
 
@@ -698,7 +707,7 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
   {  // The kill signal (TERM) ends CMD.
     zklock_run r{{"exec", "--connect", zkt::connect(), path, "--", "sh", "-c", "echo ready; exec sleep 30"}};
     ASSERT_EQ(r.read_line(), "ready") << r.err();
-    const auto kids = zkt::children(path);
+    const auto kids = contender_nodes(path);
     ASSERT_EQ(kids.size(), 1u);
     ASSERT_TRUE(zkt::remove(path + "/" + kids.front()));  // someone else deletes our node
     EXPECT_EQ(run(r, 30s), 75) << r.err();
@@ -708,7 +717,7 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
     zklock_run r{{"exec", "--connect", zkt::connect(), "--kill-signal", "USR1", "--grace", "200ms", path, "--", "sh", "-c",
                   "trap 'echo usr1' USR1; echo ready; while :; do sleep 5 & wait $!; done"}};
     ASSERT_EQ(r.read_line(), "ready") << r.err();
-    const auto kids = zkt::children(path);
+    const auto kids = contender_nodes(path);
     ASSERT_EQ(kids.size(), 1u);
     ASSERT_TRUE(zkt::remove(path + "/" + kids.front()));
     EXPECT_EQ(r.read_line(), "usr1") << r.err();
@@ -729,7 +738,7 @@ TEST(CliExec, SessionExpiryWhileCommandRunsStopsItAndExits75) {
     zklock_run r{exec_args(mode, {"--verbose", "--session-timeout", "2s", path, "--", "sh", "-c",
                                   "trap 'kill $p; echo stopped; exit 1' TERM; sleep 60 & p=$!; echo ready; wait $p"})};
     ASSERT_EQ(r.read_line(), "ready") << r.err();
-    const auto kids = zkt::children(path);
+    const auto kids = contender_nodes(path);
     ASSERT_EQ(kids.size(), 1u);
     const std::string node = path + "/" + kids.front();
     // The node belongs to zklock's session (--verbose: "connected to ... (session 0x...)").
@@ -767,14 +776,23 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   ASSERT_EQ(run(ls), 0) << ls.err();
   const auto rows = lines(ls.out());
   ASSERT_EQ(rows.size(), 3u) << ls.out();
-  EXPECT_EQ(words(rows[0]), (std::vector<std::string>{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "NODE"}));
+  EXPECT_EQ(words(rows[0]), (std::vector<std::string>{"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "WAITED",
+                                                      "HELD", "WAKEUPS", "REQUESTS", "NODE"}));
   const auto first = words(rows[1]), second = words(rows[2]);
-  ASSERT_EQ(first.size(), 8u) << rows[1];
-  ASSERT_EQ(second.size(), 8u) << rows[2];
+  ASSERT_EQ(first.size(), 12u) << rows[1];
+  ASSERT_EQ(second.size(), 12u) << rows[2];
   EXPECT_EQ(first[0], "1");
   EXPECT_EQ(first[1], "holder");
   EXPECT_EQ(first[2], "write") << "a plain exec takes the write side of a read/write lock";
-  EXPECT_NE(first[7].find("-__WRIT__"), std::string::npos) << first[7];
+  EXPECT_NE(first[11].find("-__WRIT__"), std::string::npos) << first[11];
+  // What the holder's acquire cost, as it recorded it: the lock was free, so no wake-up.
+  EXPECT_TRUE(first[7].ends_with("s")) << "WAITED: " << first[7];
+  EXPECT_TRUE(first[8].ends_with("s")) << "HELD: " << first[8];
+  EXPECT_EQ(first[9], "0") << "WAKEUPS of an uncontended acquire";
+  EXPECT_GE(std::stoi(first[10]), 2) << "REQUESTS: at least the create and the listing";
+  EXPECT_EQ((std::vector<std::string>{second.begin() + 7, second.begin() + 11}),
+            (std::vector<std::string>{"-", "-", "-", "-"}))
+      << "a waiter has no acquire to show: " << rows[2];
   EXPECT_EQ(first[3], std::to_string(token));
   EXPECT_EQ(first[4], hostname());
   EXPECT_EQ(first[5], std::to_string(h.run.pid()));
@@ -796,6 +814,11 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   EXPECT_NE(objs[0].find("\"pid\":" + std::to_string(h.run.pid()) + ","), std::string::npos) << objs[0];
   EXPECT_NE(objs[1].find("\"position\":2,\"state\":\"waiter\""), std::string::npos) << objs[1];
   EXPECT_NE(objs[1].find("\"pid\":" + std::to_string(w.pid()) + ","), std::string::npos) << objs[1];
+  EXPECT_NE(objs[0].find("\"ahead\":0,\"wakeups\":0,\"requests\":"), std::string::npos) << objs[0];
+  EXPECT_EQ(objs[0].find("\"granted\":null"), std::string::npos) << objs[0];
+  EXPECT_NE(objs[1].find("\"granted\":null,\"granted_ms\":null,\"held_ms\":null,\"waited_ms\":null"),
+            std::string::npos)
+      << objs[1];
 
   EXPECT_EQ(h.release(), 0);
   EXPECT_EQ(run(w), 0) << w.err();
@@ -803,6 +826,70 @@ TEST(CliLs, ShowsHolderAndWaiterInQueueOrder) {
   zklock_run empty{{"ls", "--connect", zkt::connect(), path}};
   EXPECT_EQ(run(empty), 0);
   EXPECT_EQ(empty.out(), "no contenders on " + path + "\n");
+}
+
+/// Returns: the whole number after "key": in a JSON line, if there is one.
+std::optional<long long> json_number(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nullopt;
+  const auto from = at + key.size() + 3;
+  const auto to = line.find_first_not_of("0123456789", from);
+  if (to == from) return std::nullopt;
+  return std::stoll(line.substr(from, to - from));
+}
+
+// A holder that waited: its acquire record (the figures a hooks policy gets) says so, and it goes
+// with the hold.
+TEST(CliLs, ShowsWhatTheHoldersAcquireCost) {
+  const auto path = zkt::unique_path("cli-ls-cost");
+  holder first{path};
+  first.held();
+  holder second{path, {"--verbose"}};
+  ASSERT_TRUE(await_children(path, 2, second.run));
+  // Release only once the second one watches the first one's node, so that it wakes up for it.
+  std::string first_node;
+  for (const auto& k : contender_nodes(path))
+    if (k.find("__WRIT__") != std::string::npos && (first_node.empty() || k.substr(k.size() - 10) < first_node.substr(first_node.size() - 10)))
+      first_node = k;
+  ASSERT_FALSE(first_node.empty());
+  first_node = path + "/" + first_node;
+  const auto err = second.run.err();
+  const auto at = err.find("(session 0x");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string sid = "0x" + err.substr(at + 11, err.find(')', at) - at - 11);
+  auto watched_by_second = [&] {
+    std::istringstream in{zkt::four_letter("wchp")};
+    std::string line, current;
+    while (std::getline(in, line)) {
+      if (line.starts_with("/")) current = line;
+      else if (current == first_node && line.find(sid) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const auto limit = steady_clock::now() + 30s;
+  while (!watched_by_second()) {
+    ASSERT_LT(steady_clock::now(), limit) << "the second one never watched " << first_node;
+    std::this_thread::sleep_for(2ms);  // polling the server's watch table
+  }
+  EXPECT_EQ(first.release(), 0);
+  second.held();
+
+  zklock_run js{{"ls", "--json", "--connect", zkt::connect(), path}};
+  ASSERT_EQ(run(js), 0) << js.err();
+  const auto objs = lines(js.out());
+  ASSERT_EQ(objs.size(), 1u) << js.out();
+  const auto& row = objs[0];
+  EXPECT_NE(row.find("\"state\":\"holder\""), std::string::npos) << row;
+  EXPECT_EQ(json_number(row, "ahead"), 1) << "one contender was ahead at its first listing: " << row;
+  EXPECT_EQ(json_number(row, "wakeups"), 1) << "it woke once, for the first one's release: " << row;
+  EXPECT_GE(json_number(row, "requests").value_or(-1), 3) << "create, listing and a watch at least: " << row;
+  EXPECT_GE(json_number(row, "waited_ms").value_or(-1), 0) << row;
+  const auto granted = json_number(row, "granted_ms"), since = json_number(row, "since_ms");
+  ASSERT_TRUE(granted && since) << row;
+  EXPECT_GE(*granted, *since) << "granted before it queued: " << row;
+  EXPECT_GE(json_number(row, "held_ms").value_or(-1), 0) << row;
+  EXPECT_EQ(second.release(), 0);
+  EXPECT_TRUE(zkt::children(path).empty()) << "the record (or a contender) stayed after the hold";
 }
 
 TEST(CliLs, ReadWriteQueueStates) {
