@@ -662,6 +662,44 @@ TEST(CuratorInterop, MutexStepByStep) {
   EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
 }
 
+// `zklock exec` records what its acquire cost in a node beside its contender node,
+// "zkstats-<token>" (see docs/cli.md). Neither Curator's mutex nor its read/write lock may take
+// it for a contender: one sorted ahead of Curator's own node would keep Curator waiting forever.
+TEST(CuratorInterop, AnAcquireRecordBesideTheQueueIsNoContenderToCurator) {
+  for (const char* side : {"mutex", "write", "read"}) {
+    SCOPED_TRACE(side);
+    const std::string path = zkt::unique_path("curator-record");
+    zkt::create_path(path + "/zkstats-12884901890");  // persistent here; exec's are ephemeral
+    auto java = interactive_java(path, work_dir("curator-record"));
+    const std::string cmd = std::string{"0."} + side;
+    ASSERT_EQ(ask(*java, cmd + ".try"), "0 true") << "Curator counted the record as a contender ahead of it";
+    zklock::session s{zkt::options()};
+    zklock::mutex m{s, path};
+    zklock::shared_mutex rw{s, path};
+    if (std::string_view{side} == "mutex") EXPECT_FALSE(m.try_lock()) << "the Curator holder does not stop zklock";
+    else EXPECT_FALSE(rw.try_lock()) << "the Curator holder does not stop zklock";
+    EXPECT_EQ(ask(*java, cmd + ".unlock"), "0 ok");
+    // And behind a zklock holder, Curator waits, then is woken by its release.
+    if (std::string_view{side} == "mutex") {
+      ASSERT_TRUE(m.try_lock());
+      EXPECT_EQ(ask(*java, cmd + ".try"), "0 false");
+      java->send(cmd + ".lock");
+      m.unlock();
+    } else {
+      ASSERT_TRUE(rw.try_lock());
+      EXPECT_EQ(ask(*java, cmd + ".try"), "0 false");
+      java->send(cmd + ".lock");
+      rw.unlock();
+    }
+    EXPECT_EQ(answer(*java), "0 ok");
+    EXPECT_EQ(ask(*java, cmd + ".unlock"), "0 ok");
+    ASSERT_TRUE(zkt::remove(path + "/zkstats-12884901890"));
+    EXPECT_TRUE(zkt::children(path).empty());
+    java->send("quit");
+    EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
+  }
+}
+
 // The read/write rule, each clause checked with the holder on one side and the asker on the other.
 TEST(CuratorInterop, SharedMutexStepByStep) {
   const std::string path = zkt::unique_path("curator-rw-steps");
