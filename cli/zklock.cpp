@@ -890,20 +890,16 @@ struct hold {
   std::optional<std::stop_callback<lose_lease>> session_loss;
 };
 
-/// What the acquire of this process cost (one acquire per process), from the hooks below.
-struct acquire_figures {
-  bool valid = false;
-  std::chrono::steady_clock::duration wait{};
-  std::size_t ahead = 0, wakeups = 0, requests = 0;
-};
-acquire_figures g_acquire;
+/// What the acquire of this process cost (one acquire per process), from the hooks below. Its
+/// `path` views the lock object's, which outlives every use here.
+std::optional<zklock::acquire_stats> g_acquire;
 
 /// exec's hooks policy: keeps the figures of the acquire, which exec then records for `zklock ls`
 /// (the main thread acquires, then reads them: no other thread involved).
 struct record_hooks {
   static constexpr bool enabled = true;
   static void on_acquire(const zklock::acquire_stats& a) noexcept {
-    g_acquire = {a.acquired, a.wait, a.queue_position, a.wakeups, a.requests};
+    if (a.acquired) g_acquire = a;
   }
   static void on_release(const zklock::release_stats&) noexcept {}
 };
@@ -984,13 +980,14 @@ int exit_status_of(int status) {
 /// failure is only reported with --verbose (a lost lock is the loss signal's business).
 /// Returns: the record's path, if created.
 std::optional<std::string> record_acquire(zklock::session& s, const options& o, std::int64_t token) {
-  if (!g_acquire.valid) return std::nullopt;
+  if (!g_acquire) return std::nullopt;
   try {
     const auto now_ms = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const auto waited = std::chrono::duration_cast<ms>(g_acquire.wait).count();
+    const auto waited = std::chrono::duration_cast<ms>(g_acquire->wait).count();
     const std::string data = "granted=" + std::to_string(now_ms) + " waited=" + std::to_string(waited) +
-                             " ahead=" + std::to_string(g_acquire.ahead) + " wakeups=" + std::to_string(g_acquire.wakeups) +
-                             " requests=" + std::to_string(g_acquire.requests);
+                             " ahead=" + std::to_string(g_acquire->queue_position) +
+                             " wakeups=" + std::to_string(g_acquire->wakeups) +
+                             " requests=" + std::to_string(g_acquire->requests);
     std::string path = o.path + "/" + std::string{record_prefix} + std::to_string(token);
     if (zklock::detail::create_ephemeral(s, path, data)) return path;
   } catch (const std::exception& e) {

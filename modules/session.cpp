@@ -1565,25 +1565,18 @@ std::optional<node_info> read_node(session& sess, const std::string& path) {
 bool create_ephemeral(session& sess, const std::string& path, std::string_view data) {
   session_impl& s = sess.impl();
   const auto deadline = clock::now() + s.opts.connect_timeout;
-  const auto g = s.current_gen();
-  for (bool retried = false;; retried = true) {
-    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
-      return zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
-                        ZOO_EPHEMERAL, nullptr, 0);
-    });
-    if (!rc) throw_error(errc::operation_timeout, "zklock: creating " + path);
-    if (*rc == ZOK) return true;
-    if (*rc == ZNONODE) return false;
-    if (*rc != ZNODEEXISTS) fail(*rc, "zklock: creating " + path);
-    // Ours, if an earlier try's reply was lost (s.call sends again after a connection loss).
-    const auto info = read_node(sess, path);
-    if (!info) {
-      if (retried) return false;
-      continue;  // deleted meanwhile: try once more
-    }
-    std::lock_guard lk{s.mu};
-    return info->ephemeral_owner == s.sid;
-  }
+  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+    return zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s), ZOO_EPHEMERAL,
+                      nullptr, 0);
+  });
+  if (!rc) throw_error(errc::operation_timeout, "zklock: creating " + path);
+  if (*rc == ZOK) return true;
+  if (*rc == ZNONODE) return false;
+  if (*rc != ZNODEEXISTS) fail(*rc, "zklock: creating " + path);
+  // Ours, if an earlier try's reply was lost (s.call sends again after a connection loss).
+  const auto info = read_node(sess, path);
+  std::lock_guard lk{s.mu};
+  return info && info->ephemeral_owner == s.sid;
 }
 
 }  // namespace detail

@@ -47,14 +47,12 @@ class Proxy:
         self.admitting.set()
         self.tasks = set()       # one handler task per client connection
         self.writers = {}        # task -> list of StreamWriters to abort on cut
-        self.held_ops = {}       # op code -> client requests that arrived while blackholed
-        self.held_paths = {}     # op code -> their paths
+        self.held = {}           # op code -> paths (or None) of client requests held while blackholed
 
     # -- control ---------------------------------------------------------------------------
     def set_state(self, state):
         if state == "blackhole" and self.state != "blackhole":
-            self.held_ops = {}
-            self.held_paths = {}
+            self.held = {}
         self.state = state
         if state in ("normal", "holdnew"):
             self.flowing.set()
@@ -132,9 +130,7 @@ class Proxy:
                 held = not self.flowing.is_set()
                 for op, path in frames.feed(data):
                     if held:
-                        self.held_ops[op] = self.held_ops.get(op, 0) + 1
-                        if path is not None:
-                            self.held_paths.setdefault(op, []).append(path)
+                        self.held.setdefault(op, []).append(path)
                 await chunks.put(data)
                 if not data:
                     return
@@ -169,9 +165,10 @@ class Proxy:
                 elif cmd == "status":
                     reply = "ok %s\n" % self.state
                 elif cmd.startswith("held ") and cmd[5:].strip().lstrip("-").isdigit():
-                    reply = "ok %d\n" % self.held_ops.get(int(cmd[5:]), 0)
+                    reply = "ok %d\n" % len(self.held.get(int(cmd[5:]), []))
                 elif cmd.startswith("paths ") and cmd[6:].strip().lstrip("-").isdigit():
-                    reply = " ".join(["ok"] + self.held_paths.get(int(cmd[6:]), [])) + "\n"
+                    paths = [p for p in self.held.get(int(cmd[6:]), []) if p is not None]
+                    reply = " ".join(["ok"] + paths) + "\n"
                 else:
                     reply = "error unknown command %s\n" % cmd
                 writer.write(reply.encode())

@@ -408,7 +408,7 @@ class raw_client {
   /// an ensemble the member this handle talks to first catches up with the leader (a "sync"), so
   /// the answer includes every write any session saw acknowledged before.
   std::optional<std::vector<std::string>> children(const std::string& path) {
-    if (!sync()) return std::nullopt;
+    if (!zkt::sync_handle(zh_)) return std::nullopt;
     String_vector kids{};
     const int rc = zoo_get_children(zh_, path.c_str(), 0, &kids);
     if (rc == ZNONODE) return std::vector<std::string>{};
@@ -417,33 +417,6 @@ class raw_client {
     for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
     deallocate_String_vector(&kids);
     return out;
-  }
-
-  /// Effects: sends a ZooKeeper sync and waits (up to 10 s) for its answer. Returns: whether it succeeded.
-  bool sync() {
-    struct box {
-      std::mutex m;
-      std::condition_variable c;
-      bool done = false;
-      int rc = ZSYSTEMERROR;
-    };
-    auto b = std::make_shared<box>();
-    auto* ctx = new std::shared_ptr<box>(b);  // the completion always comes (reply, loss or close)
-    const auto done = [](int rc, const char*, const void* data) {
-      std::unique_ptr<std::shared_ptr<box>> own{static_cast<std::shared_ptr<box>*>(const_cast<void*>(data))};
-      {
-        std::lock_guard lk{(*own)->m};
-        (*own)->done = true;
-        (*own)->rc = rc;
-      }
-      (*own)->c.notify_all();
-    };
-    if (zoo_async(zh_, "/", done, ctx) != ZOK) {
-      delete ctx;
-      return false;
-    }
-    std::unique_lock lk{b->m};
-    return b->c.wait_for(lk, 10s, [&] { return b->done; }) && b->rc == ZOK;
   }
 
   void on_state(int state) {

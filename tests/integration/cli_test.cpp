@@ -229,7 +229,6 @@ class zklock_run {
 /// Runs zklock to the end. Returns: its exit code (see zklock_run::wait).
 int run(zklock_run& r, std::chrono::milliseconds timeout = 60s) { return r.wait(timeout); }
 
-/// Polls the server until `path` has `n` children, or `r` exits, or 30 s pass.
 /// Returns: the contender nodes under `path`: its children but the acquire records that `zklock
 /// exec` holders add beside their nodes ("zkstats-<token>").
 std::vector<std::string> contender_nodes(const std::string& path) {
@@ -856,18 +855,9 @@ TEST(CliLs, ShowsWhatTheHoldersAcquireCost) {
   const auto err = second.run.err();
   const auto at = err.find("(session 0x");
   ASSERT_NE(at, std::string::npos) << err;
-  const std::string sid = "0x" + err.substr(at + 11, err.find(')', at) - at - 11);
-  auto watched_by_second = [&] {
-    std::istringstream in{zkt::four_letter("wchp")};
-    std::string line, current;
-    while (std::getline(in, line)) {
-      if (line.starts_with("/")) current = line;
-      else if (current == first_node && line.find(sid) != std::string::npos) return true;
-    }
-    return false;
-  };
+  const auto sid = std::stoull(err.substr(at + 11), nullptr, 16);
   const auto limit = steady_clock::now() + 30s;
-  while (!watched_by_second()) {
+  while (!zkt::watches_below(first_node, sid).contains(first_node)) {
     ASSERT_LT(steady_clock::now(), limit) << "the second one never watched " << first_node;
     std::this_thread::sleep_for(2ms);  // polling the server's watch table
   }

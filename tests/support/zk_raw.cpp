@@ -92,42 +92,40 @@ zhandle_t* observer() {
   return zh;
 }
 
-/// Effects: asks the observer's server to catch up with the leader (a ZooKeeper "sync") and waits
-/// for the answer, so that what the observer reads next includes every write that any session saw
-/// acknowledged before. Without it, on an ensemble, a follower may answer from a state a few writes
-/// old (another session's delete already acknowledged by the leader, say). Bounded: 10 s.
-void sync_observer(zhandle_t* zh) {
-  struct box {
-    std::mutex m;
-    std::condition_variable c;
-    bool done = false;
-  };
-  auto b = std::make_shared<box>();
-  auto* ctx = new std::shared_ptr<box>(b);  // the completion always comes (reply, loss or close)
-  const auto done = [](int, const char*, const void* data) {
-    std::unique_ptr<std::shared_ptr<box>> own{static_cast<std::shared_ptr<box>*>(const_cast<void*>(data))};
-    {
-      std::lock_guard lk{(*own)->m};
-      (*own)->done = true;
-    }
-    (*own)->c.notify_all();
-  };
-  if (zoo_async(zh, "/", done, ctx) != ZOK) {
-    delete ctx;
-    return;
-  }
-  std::unique_lock lk{b->m};
-  b->c.wait_for(lk, std::chrono::seconds{10}, [&] { return b->done; });
-}
-
-/// Returns: the observer, synced (see sync_observer).
+/// Returns: the observer, synced (see sync_handle).
 zhandle_t* synced_observer() {
   zhandle_t* zh = observer();
-  sync_observer(zh);
+  sync_handle(zh);
   return zh;
 }
 
 }  // namespace
+
+bool sync_handle(void* handle) {
+  struct box {
+    std::mutex m;
+    std::condition_variable c;
+    bool done = false;
+    int rc = ZSYSTEMERROR;
+  };
+  auto b = std::make_shared<box>();
+  auto* ctx = new std::shared_ptr<box>(b);  // the completion always comes (reply, loss or close)
+  const auto done = [](int rc, const char*, const void* data) {
+    std::unique_ptr<std::shared_ptr<box>> own{static_cast<std::shared_ptr<box>*>(const_cast<void*>(data))};
+    {
+      std::lock_guard lk{(*own)->m};
+      (*own)->done = true;
+      (*own)->rc = rc;
+    }
+    (*own)->c.notify_all();
+  };
+  if (zoo_async(static_cast<zhandle_t*>(handle), "/", done, ctx) != ZOK) {
+    delete ctx;
+    return false;
+  }
+  std::unique_lock lk{b->m};
+  return b->c.wait_for(lk, std::chrono::seconds{10}, [&] { return b->done; }) && b->rc == ZOK;
+}
 
 std::string connect() {
   const char* c = std::getenv("ZKLOCK_TEST_ZK");
@@ -522,10 +520,13 @@ using namespace std::chrono_literals;
 /// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
 /// ("wchp" prints each watched path, then one tab-indented 0x... session id per line.)
 std::set<std::string> watches_below(const std::string& path, const zklock::session& s) {
+  return watches_below(path, static_cast<std::uint64_t>(s.id()));
+}
+
+std::set<std::string> watches_below(const std::string& path, std::uint64_t sid) {
   std::set<std::string> out;
   std::istringstream in{zkt::four_letter("wchp")};
   std::string line, current;
-  const auto sid = static_cast<std::uint64_t>(s.id());
   while (std::getline(in, line)) {
     if (line.starts_with("/")) {
       current = line;

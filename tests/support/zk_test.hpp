@@ -125,6 +125,12 @@ class private_server {
 /// Effects: deletes `path` (no version check). Returns: whether it was deleted.
 bool remove(const std::string& path);
 
+/// Effects: asks the server of the C-client handle `zh` (a zhandle_t*) to catch up with the leader
+/// (a ZooKeeper "sync") and waits for the answer (at most 10 s), so that what the handle reads
+/// next includes every write that any session saw acknowledged before. Without it, on an
+/// ensemble, a follower may answer from a state a few writes old. Returns: whether it succeeded.
+bool sync_handle(void* zh);
+
 }  // namespace zkt
 
 namespace zkt {
@@ -209,6 +215,10 @@ bool await_children(const std::string& path, std::size_t n,
 
 /// Returns: the paths at or below `path` that session `s` watches, per the server's "wchp".
 std::set<std::string> watches_below(const std::string& path, const zklock::session& s);
+
+/// Returns: the paths at or below `path` that the session with id `session_id` watches (another
+/// process's session, say), per the server's "wchp".
+std::set<std::string> watches_below(const std::string& path, std::uint64_t session_id);
 
 /// Polls until session `s` watches something at or below `path`. Returns: whether within 30 s.
 bool await_watch(const std::string& path, const zklock::session& s);
