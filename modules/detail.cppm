@@ -7,6 +7,7 @@ module;
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <stop_token>
@@ -124,26 +125,73 @@ std::optional<std::vector<std::string>> list_children(session& s, const std::str
 
 /// What an exists-watch found.
 enum class node_seen {
-  gone,     ///< the node does not exist (no watch was armed)
-  present,  ///< it exists, unchanged since its creation (watch armed)
-  modified  ///< it exists and its data was set since (watch armed): a semaphore's poke
+  gone,    ///< the node does not exist (no watch was armed)
+  present  ///< it exists (watch armed)
 };
 
 /// Effects: arms a data watch on `path` waking `watcher` (none if the node is missing).
-/// Returns: whether the node is gone, present, or present and modified since creation; nullopt if
-/// `deadline` passed.
+/// Returns: whether the node is gone or present; nullopt if `deadline` passed.
 std::optional<node_seen> watch_node(session& s, const std::string& path, const std::shared_ptr<wake_target>& watcher,
                                     clock::time_point deadline);
+
+/// Where the watches of one waiting acquire deliver their wake-ups: the waiter its thread blocks on
+/// now (a wake-up policy may give every wait a fresh one). Thread-safe.
+class wake_relay {
+ public:
+  /// Effects: wakes the current waiter, if any. Never throws.
+  void wake() noexcept {
+    std::shared_ptr<wake_target> t;
+    {
+      std::lock_guard lk{mu_};
+      t = target_;
+    }
+    if (t) t->wake();
+  }
+  /// Effects: wake-ups from now on go to `t` (none: to nobody).
+  void point_at(std::shared_ptr<wake_target> t) noexcept {
+    std::lock_guard lk{mu_};
+    target_ = std::move(t);
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<wake_target> target_;
+};
+
+/// One watch of a waiting acquire, on a contender ahead or on the lock node's children: remembers
+/// that it fired (and, in node_deleted, whether its node was deleted) and wakes the acquire.
+class watch_slot final : public wake_target {
+ public:
+  /// Effects: a slot for `watched` (a node, or the lock node for a children watch) waking `relay`.
+  watch_slot(std::string watched, std::shared_ptr<wake_relay> relay)
+      : path(std::move(watched)), relay_(std::move(relay)) {}
+  /// Effects: marks the slot fired, then wakes the acquire; called by the watch (or when the
+  /// session ends). Never blocks for long; never throws.
+  void wake() noexcept override {
+    fired_.store(true, std::memory_order_release);
+    relay_->wake();
+  }
+  /// Returns: whether the watch fired (node_deleted then says whether by a deletion).
+  bool fired() const noexcept { return fired_.load(std::memory_order_acquire); }
+  /// The watched path.
+  const std::string path;
+
+ private:
+  std::shared_ptr<wake_relay> relay_;
+  std::atomic<bool> fired_{false};
+};
+
+/// Effects: arms a data watch on the path of each of `slots` (waking that slot), sending every
+/// request before awaiting any reply: one round trip for all. Returns: per slot, whether its node
+/// is gone (then no watch was armed for it) or present (watched); nullopt if `deadline` passed
+/// first. On nullopt or an exception, none of the slots stays watched.
+/// Throws: std::system_error if the session fails or the server refuses a request.
+std::optional<std::vector<node_seen>> watch_nodes(session& s, const std::vector<std::shared_ptr<watch_slot>>& slots,
+                                                  clock::time_point deadline);
 
 /// Effects: `watcher` stops waiting on its watch of `path`; if it was the group's last waiter, the
 /// watch is removed from the server and the client. Never throws.
 void drop_watch(session& s, const std::string& path, bool children, const wake_target* watcher) noexcept;
-
-/// Effects: bumps the data version of our node `n` so that an exists watch on it fires (a granted
-/// semaphore waiter wakes the one behind it). Sent without waiting for the reply; if the connection
-/// is down or the outcome unknown, the session sends it again once connected (unless the node's
-/// session ended, which deletes the node and so wakes the watcher anyway). Never throws.
-void touch_node(session& s, const held_node& n) noexcept;
 
 /// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
 /// in the background until it succeeds or the session ends. Returns: the server's refusal (e.g.

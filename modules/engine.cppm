@@ -5,11 +5,18 @@
 // (missing parents become container nodes, so the server reaps them when they empty) and lists
 // the children. Contenders queue in the order of their sequence numbers (serial-number arithmetic,
 // right across the 32-bit wrap); children that are not contenders are ignored. A mode rule
-// (zklock:rules) looks at the queue and our place in it and answers "held", or names what to
-// watch: the contender ahead (a mutex, a writer), the nearest writer ahead (a reader), or any
-// change (the first waiter of a semaphore). We arm that watch, wait, and re-evaluate on every
-// wake-up. Releasing deletes the node, which wakes the waiter(s) behind it. Queue order makes the
-// locks fair (first come, first served).
+// (zklock:rules) says which contenders ahead count (all of them for a mutex, a writer or a
+// semaphore; writers for a reader) and how many of them may remain while it holds (the lease
+// count for a semaphore, else 1). Releasing deletes the node. Queue order makes the locks fair
+// (first come, first served).
+//
+// Waiting. A waiter that does not hold watches the few nearest counted contenders ahead (the watch
+// strategy says how many: with watch_predecessor one more than the grant needs to see go) and
+// counts their deletions. Nobody can join ahead of it, so the deletions it saw bound how many are
+// left: when they prove it holds, and its own node provably stands, the deletion event itself is
+// the grant, one round trip after the release. When a deletion proves too little, it lists again
+// and moves its watches up; watching one contender more than needed makes that happen while the
+// contender just ahead still holds, so the listing is off the critical path of the handoff.
 //
 // Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
 // blocking lock() waits (see policies/). The ZooKeeper work is done by a few non-template functions
@@ -21,6 +28,7 @@
 // delete is retried in the background. A create whose reply was lost is found again by the
 // attempt's unique id (protected creation).
 module;
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -29,6 +37,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stop_token>
 #include <stdexcept>
 #include <string>
@@ -65,162 +74,210 @@ struct grant {
   std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost; its node watch may be armed
 };
 
+/// One acquire attempt: its contender node, the watches it waits on and the waiter its thread
+/// blocks on. Unless granted, it undoes everything when it ends: its watches are removed and its
+/// node deleted (in the background if the connection is down).
+template <WakeupPolicy Wakeup>
+class attempt {
+ public:
+  /// Effects: takes charge of the new contender node `n`; counts requests in `count`, if given.
+  attempt(session& s, held_node n, acquire_counters* count) : s_(s), node_(std::move(n)), count_(count) {
+    relay_->point_at(waiter_);
+  }
+  /// Effects: unless granted, removes the attempt's watches and deletes its node. Never throws.
+  ~attempt() {
+    if (granted_) return;
+    for (auto& w : ahead_) drop(w, false);
+    if (children_) drop(children_, true);
+    if (guard_) guard_->release();  // its watch on our node goes with the node
+    if (!node_gone_) release_node(s_, node_);
+  }
+  attempt(const attempt&) = delete;
+  attempt& operator=(const attempt&) = delete;
+
+  /// Returns: our contender node.
+  const held_node& node() const noexcept { return node_; }
+  /// Effects: counts `n` requests sent for the attempt (when counting).
+  void sent(std::size_t n = 1) noexcept {
+    if (count_) count_->requests += n;
+  }
+
+  /// Returns: the grant; the attempt keeps its node from now on (watches still armed on
+  /// contenders ahead fire once more, harmlessly: they wake nobody).
+  /// Throws: std::bad_alloc.
+  grant granted() {
+    if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    relay_->point_at(nullptr);
+    granted_ = true;
+    return grant{std::move(node_), std::move(guard_)};
+  }
+
+  /// Effects: our node is not in the queue any more. Throws: errc::session_expired if it went with
+  /// the session (nothing left to delete), else errc::lock_lost (someone deleted it).
+  [[noreturn]] void vanished() {
+    node_gone_ = !session_alive_for(s_, node_);
+    throw_error(node_gone_ ? errc::session_expired : errc::lock_lost,
+                "zklock: our contender node " + node_.path + " vanished while waiting");
+  }
+
+  /// Effects: readies the waiter for the next wait: a watch firing from now on wakes it.
+  void prepare_wait() {
+    if constexpr (Wakeup::fresh_per_wait) {
+      waiter_ = std::make_shared<typename Wakeup::waiter>();
+      relay_->point_at(waiter_);
+    } else {
+      waiter_->reset();
+    }
+  }
+  /// Effects: blocks until a watch fires (since prepare_wait) or `deadline` passes.
+  /// Returns: whether a watch fired.
+  bool wait(clock::time_point deadline) {
+    const bool woke = waiter_->wait_until(deadline);
+    if (woke && count_) ++count_->wakeups;
+    return woke;
+  }
+
+  /// Returns: a fresh children watch on `lock_path`, to arm by listing it.
+  std::shared_ptr<wake_target> arm_children(const std::string& lock_path) {
+    children_ = std::make_shared<watch_slot>(lock_path, relay_);
+    return children_;
+  }
+  /// Returns: whether a children watch is armed and has not fired.
+  bool children_armed() const noexcept { return children_ && !children_->fired(); }
+
+  /// Effects: watches exactly the contender nodes `paths`: drops the watches on others (nodes that
+  /// left the queue since), arms the missing ones (all sent at once), our own node's first.
+  /// Returns: how many of the newly watched were gone already; nullopt if `deadline` passed.
+  /// Throws: as watch_nodes.
+  std::optional<std::size_t> watch_ahead(const std::vector<std::string>& paths, clock::time_point deadline) {
+    std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
+      if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
+      drop(w, false);
+      return true;
+    });
+    // Our own node's watch goes first: its reply, and any deletion of our node, reach us before
+    // the replies and events of the watches sent after it. It stays armed as the hold's loss watch.
+    if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    if (guard_->claim_watch()) {
+      watch_own_node(s_, node_, guard_);
+      sent();
+    }
+    std::vector<std::shared_ptr<watch_slot>> fresh;
+    for (const auto& p : paths)
+      if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; }))
+        fresh.push_back(std::make_shared<watch_slot>(p, relay_));
+    if (fresh.empty()) return 0;
+    sent(fresh.size());
+    const auto seen = watch_nodes(s_, fresh, deadline);
+    if (!seen) return std::nullopt;
+    std::size_t gone = 0;
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      if ((*seen)[i] == node_seen::gone)
+        ++gone;
+      else
+        ahead_.push_back(std::move(fresh[i]));
+    }
+    return gone;
+  }
+  /// Effects: forgets the watches on contenders ahead that fired. Returns: how many fired because
+  /// their node was deleted; sets `other` if one fired for another reason (its node's data
+  /// changed, or the session ended).
+  std::size_t take_fired(bool& other) {
+    std::size_t deleted = 0;
+    std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
+      if (!w->fired()) return false;
+      if (w->node_deleted.load())
+        ++deleted;
+      else
+        other = true;
+      return true;
+    });
+    return deleted;
+  }
+  /// Returns: whether our node provably stands: its watch is armed and has not fired (a deletion
+  /// of our node would have reached us before any event of a watch armed after it).
+  bool own_node_stands() const noexcept { return guard_ && guard_->watch_armed() && !guard_->fired(); }
+
+ private:
+  /// Effects: stops waiting on `w`; removes its watch unless it fired. Never throws.
+  void drop(const std::shared_ptr<watch_slot>& w, bool children) noexcept {
+    if (w->fired()) return;
+    drop_watch(s_, w->path, children, w.get());
+    sent();
+  }
+  session& s_;
+  held_node node_;
+  acquire_counters* count_;
+  std::shared_ptr<wake_relay> relay_ = std::make_shared<wake_relay>();
+  std::shared_ptr<typename Wakeup::waiter> waiter_ = std::make_shared<typename Wakeup::waiter>();
+  std::vector<std::shared_ptr<watch_slot>> ahead_;  // armed watches on contenders ahead
+  std::shared_ptr<watch_slot> children_;            // the children watch, if any
+  std::shared_ptr<hold_guard> guard_;               // made at the first wait, or at the grant
+  bool granted_ = false;
+  bool node_gone_ = false;  // went with its session: nothing to delete
+};
+
 /// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
 /// holds, or until `deadline`. Returns: the grant, or nullopt on timeout (nothing left behind).
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
 std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
                                   clock::time_point deadline, acquire_counters* count = nullptr) {
-  auto sent = [count](std::size_t n = 1) {
-    if (count) count->requests += n;
-  };
   // the create and the listing, sent back to back (more requests on a first use or a lost reply)
   auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
                                 count ? &count->requests : nullptr);
   if (!queued) return std::nullopt;
-  std::optional<held_node> node = std::move(queued->node);
-  const std::string self = node->path.substr(lock_path.size() + 1);
-
-  // Everything below either returns the node held, or undoes the attempt.
-  struct attempt {
-    attempt(session& s_, std::optional<held_node>& n_) : s(s_), node(n_) {}
-    session& s;
-    std::optional<held_node>& node;
-    std::shared_ptr<typename Wakeup::waiter> waiter = std::make_shared<typename Wakeup::waiter>();
-    std::string watched;  // path with a watch of ours that has not fired, if any
-    bool watched_children = false;
-    bool keep = false;
-    std::shared_ptr<hold_guard> guard;  // made at the first predecessor wait, or at the grant
-    acquire_counters* count = nullptr;
-    void forget_watch() noexcept {
-      if (!watched.empty()) {
-        drop_watch(s, watched, watched_children, waiter.get());
-        if (count) ++count->requests;
-      }
-      watched.clear();
-    }
-    ~attempt() {
-      if (!keep) {
-        forget_watch();
-        if (guard) guard->release();  // its watch on our node goes with the node
-        release_node(s, *node);
-      }
-    }
-    /// Returns: the grant (the attempt is kept from now on). Throws: std::bad_alloc.
-    grant granted() {
-      if (!guard) guard = std::make_shared<hold_guard>(s, loss_token(s, node->generation));
-      keep = true;
-      return grant{std::move(*node), std::move(guard)};
-    }
-  } at(s, node);
-  at.count = count;
-
+  attempt<Wakeup> at{s, std::move(queued->node), count};
+  const std::string self = at.node().path.substr(lock_path.size() + 1);
   std::optional<std::vector<std::string>> listing = std::move(queued->listing);
-  if (!listing) {  // the pipelined listing failed: list on our own
-    sent();
-    listing = list_children(s, lock_path, nullptr, deadline);
-  }
-  bool first_listing = true;
-  bool waits = false;  // the listing came with a watch: wait before listing again
-  // What the rule answers once the watched node is gone (only new contenders behind us can appear
-  // meanwhile, and none of the rules' verdicts depends on those): a deletion event then decides
-  // without listing again.
-  std::optional<verdict> once_gone;
-  // Whether our node still stands: its watch is armed and has not fired (a deletion of it reaches
-  // us before the reply or event of any request sent after that watch).
-  auto own_node_stands = [&] { return at.guard && at.guard->watch_armed() && !at.guard->fired(); };
-  auto grant_once_gone = [&] {
-    if (once_gone->poke_successor) {
-      touch_node(s, *node);
-      sent();
-    }
-    return at.granted();
+  auto list = [&](const std::shared_ptr<wake_target>& watcher) {
+    at.sent();
+    listing = list_children(s, lock_path, watcher, deadline);
   };
-  for (;;) {
+  if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
+
+  for (bool first = true;; first = false) {
     if (!listing) return std::nullopt;  // deadline
     const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
-    std::size_t me = queue.size();
-    for (std::size_t i = 0; i < queue.size(); ++i)
-      if (queue[i].name == self) me = i;
-    if (me == queue.size()) {
-      at.keep = !session_alive_for(s, *node);  // gone with its session: nothing to delete
-      throw_error(session_alive_for(s, *node) ? errc::lock_lost : errc::session_expired,
-                  "zklock: our contender node " + node->path + " vanished while waiting");
-    }
-    if (count && first_listing) count->position = me;
-    first_listing = false;
-    const verdict v = rule(queue, me);
-    if (v.held) {
-      if (v.poke_successor) {
-        touch_node(s, *node);
-        sent();
-      }
-      return at.granted();  // a children watch left armed fires once, harmlessly, at the next change
-    }
+    const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
+    if (mine == queue.end()) at.vanished();
+    const auto me = static_cast<std::size_t>(mine - queue.begin());
+    if (count && first) count->position = me;
+    const standing st = stand(rule, std::span<const contender>{queue}, me);
+    if (st.held()) return at.granted();
     if (clock::now() >= deadline) return std::nullopt;
 
-    if (!waits) {  // arm a watch
-      at.forget_watch();  // one watch per attempt at a time
-      if constexpr (Wakeup::fresh_per_wait) {
-        at.waiter = std::make_shared<typename Wakeup::waiter>();
-      } else {
-        at.waiter->reset();
+    const std::size_t window = Watch::window(st.ahead.size(), st.limit);
+    if (window == 0) {  // the lock node's children: any join or leave may be our turn
+      if (at.children_armed()) {  // this listing armed it: wait for a change, then look again
+        at.prepare_wait();
+        if (at.children_armed() && !at.wait(deadline)) return std::nullopt;
       }
-      if (Watch::kind == watch_kind::children || v.what == verdict::watch::any_change) {
-        at.watched = lock_path;
-        at.watched_children = true;
-        sent();
-        listing = list_children(s, lock_path, at.waiter, deadline);  // evaluated before waiting
-        waits = true;
-        continue;
-      }
-      const std::string target = lock_path + "/" + queue[v.index].name;
-      at.watched = target;
-      at.watched_children = false;
-      {
-        std::vector<contender> rest = queue;
-        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(v.index));
-        const verdict after = rule(rest, v.index < me ? me - 1 : me);
-        once_gone.reset();
-        if (after.held) once_gone = after;
-      }
-      at.waiter->node_deleted.store(false);
-      if (once_gone) {
-        // The deletion of `target` will decide without a listing only if our own node still stands
-        // then. Watch it too, sent just before: its reply, and any deletion of it, reach us before
-        // the events of the watch below. The watch stays armed as the hold's loss watch.
-        if (!at.guard) at.guard = std::make_shared<hold_guard>(s, loss_token(s, node->generation));
-        if (at.guard->claim_watch()) {
-          watch_own_node(s, *node, at.guard);
-          sent();
-        }
-      }
-      sent();
-      const auto seen = watch_node(s, target, at.waiter, deadline);
-      if (!seen) return std::nullopt;
-      if (*seen == node_seen::gone && once_gone && own_node_stands()) {
-        // Gone before our watch reached it (its holder released meanwhile): as good as its deletion
-        // event, and our own node provably stands (its watch's reply and events came first).
-        at.watched.clear();
-        return grant_once_gone();
-      }
-      if (*seen != node_seen::present) {  // already gone (no watch set) or granted meanwhile
-        if (*seen == node_seen::gone) at.watched.clear();
-        sent();
-        listing = list_children(s, lock_path, nullptr, deadline);
-        continue;
-      }
+      list(at.arm_children(lock_path));
+      continue;
     }
-    if (!at.waiter->wait_until(deadline)) return std::nullopt;
-    const bool watched_node_gone = !at.watched_children && at.waiter->node_deleted.exchange(false);
-    at.watched.clear();  // it fired (or the session ended)
-    if (count) ++count->wakeups;
-    waits = false;
-    // The rule already said: held once that node is gone, if ours still stands (its watch is armed
-    // and has not fired: a deletion of our node would have reached us before this event).
-    if (watched_node_gone && once_gone && own_node_stands()) return grant_once_gone();
-    sent();
-    listing = list_children(s, lock_path, nullptr, deadline);
+
+    // Watch the `window` nearest counted contenders ahead and count their deletions (zklock:rules,
+    // tally): a deletion that proves us held grants at once, with no listing, if our own node
+    // provably stands; one that proves too little (contenders beyond the watched ones may have
+    // gone unseen) makes us list again.
+    std::vector<std::string> targets;
+    for (std::size_t i = st.ahead.size() - window; i < st.ahead.size(); ++i)
+      targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
+    const auto gone = at.watch_ahead(targets, deadline);
+    if (!gone) return std::nullopt;
+    tally seen{st.ahead.size(), st.limit, window, *gone};
+    for (bool other = false;;) {
+      at.prepare_wait();
+      seen.gone += at.take_fired(other);
+      if (seen.proves_held()) {
+        if (at.own_node_stands()) return at.granted();
+        break;  // our node may be gone: the listing decides
+      }
+      if (other || seen.must_relist()) break;
+      if (!at.wait(deadline)) return std::nullopt;
+    }
+    list(nullptr);
   }
 }
 

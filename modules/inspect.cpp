@@ -126,14 +126,16 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
         if (ci.node == queue[i].name)
           ci.state = held(queue, i) ? contender_state::holder : contender_state::waiter;
   };
-  judge(detail::exclusive_rule::kinds, [](const auto& q, std::size_t i) { return detail::exclusive_rule{}(q, i).held; });
+  judge(detail::exclusive_rule::kinds,
+        [](const auto& q, std::size_t i) { return detail::stand(detail::exclusive_rule{}, q, i).held(); });
   judge(detail::read_rule::kinds, [](const auto& q, std::size_t i) {
-    return q[i].kind == detail::contender_kind::read ? detail::read_rule{}(q, i).held : detail::write_rule{}(q, i).held;
+    return q[i].kind == detail::contender_kind::read ? detail::stand(detail::read_rule{}, q, i).held()
+                                                     : detail::stand(detail::write_rule{}, q, i).held();
   });
   if (std::any_of(out.begin(), out.end(), [](const contender_info& c) { return c.side == contender_side::lease; })) {
     if (const auto leases = stored_leases(s, path)) {
       judge(detail::semaphore_rule::kinds,
-            [&](const auto& q, std::size_t i) { return detail::semaphore_rule{*leases}(q, i).held; });
+            [&](const auto& q, std::size_t i) { return detail::stand(detail::semaphore_rule{*leases}, q, i).held(); });
     } else {
       for (auto& ci : out)
         if (ci.side == contender_side::lease) ci.state = contender_state::unknown;

@@ -239,13 +239,11 @@ struct handle_ctx {
   std::uint64_t generation;
 };
 
-/// A node (or every child of a lock node that starts with a prefix) we must delete once connected;
-/// or, with `touch`, a node of ours whose data we must bump (a semaphore's wake-up of the next waiter).
+/// A node (or every child of a lock node that starts with a prefix) we must delete once connected.
 struct pending_delete {
   std::string path;        // the node, or the lock node when `prefix` is set
   std::string prefix;      // non-empty: delete children of `path` starting with it
   std::uint64_t generation;
-  bool touch = false;      // bump the data of `path` instead of deleting it
 };
 
 struct session_impl {
@@ -648,7 +646,6 @@ struct session_impl {
   /// whose outcome is unknown hands the work back to the worker. Returns: false if it could not be
   /// sent (keep it pending).
   bool send_pending(const pending_delete& p) {
-    if (p.touch) return touch_in_background(p);
     if (p.prefix.empty()) return delete_in_background(p);
     return send_in_background(p, [](zhandle_t* h, background_delete* box) {
       return zoo_aget_children(h, box->p.path.c_str(), 0, &on_prefixed_listing, box);
@@ -760,26 +757,6 @@ struct session_impl {
     });
   }
 
-  /// Effects: sends the data bump of p.path (p.touch) and returns; its completion retries it later
-  /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
-  bool touch_in_background(const pending_delete& p) {
-    const std::string data = contender_data();
-    return send_in_background(p, [&data](zhandle_t* h, background_delete* box) {
-      return zoo_aset(h, box->p.path.c_str(), data.data(), static_cast<int>(data.size()), -1, &on_background_touch,
-                      box);
-    });
-  }
-
-  static void on_background_touch(int rc, const struct Stat*, const void* data) noexcept {
-    std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
-    const background_done done{box->s};
-    if (!unknown_outcome(rc)) return;  // done, or the node is gone (which wakes its watcher too)
-    try {
-      box->s->defer_delete(std::move(box->p));
-    } catch (...) {
-    }
-  }
-
   static void on_background_delete(int rc, const void* data) noexcept {
     std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
     const background_done done{box->s};
@@ -861,7 +838,7 @@ struct session_impl {
     if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
     if (reaper.joinable() && reaper.get_id() != std::this_thread::get_id()) reaper.join();
     {
-      // Background requests (releases, retried deletes, pokes) not answered yet: a handle closed
+      // Background requests (releases and retried deletes) not answered yet: a handle closed
       // now drops their completions (the C client queues them for its completion thread, which
       // has already stopped), and with them what they own. While connected their replies are one
       // round trip away: wait for them, briefly.
@@ -1312,7 +1289,7 @@ std::optional<node_seen> watch_node(session& sess, const std::string& path, cons
     drop_watch(sess, path, false, watcher.get());
     fail(*rc, "zklock: watching " + path);
   }
-  return st.version > 0 ? node_seen::modified : node_seen::present;
+  return node_seen::present;
 }
 
 void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
@@ -1347,24 +1324,6 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
     zoo_aremove_all_watches(s.zh, path.c_str(), type, 0, reinterpret_cast<void_completion_t*>(ignore_reply), nullptr);
   else if (usable)
     zoo_remove_all_watches(s.zh, path.c_str(), type, 1);
-}
-
-void touch_node(session& sess, const held_node& n) noexcept {
-  session_impl& s = sess.impl();
-  pending_delete p{n.path, {}, n.generation, true};
-  try {
-    {
-      std::lock_guard lk{s.mu};
-      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return;  // node gone too
-      if (s.st != session_state::connected) {
-        s.pending.push_back(std::move(p));
-        s.cv.notify_all();
-        return;
-      }
-    }
-    if (!s.touch_in_background(p)) s.defer_delete(std::move(p));
-  } catch (...) {  // allocation failure: nothing sensible left to do
-  }
 }
 
 std::error_code release_node(session& sess, const held_node& n) noexcept {
@@ -1476,6 +1435,106 @@ void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hol
   } catch (...) {  // allocation failure: not watched
   }
   g->watch_result(false);
+}
+
+namespace {
+
+/// The replies of pipelined watches (watch_nodes), filled in by the client's completion thread.
+struct pipelined_watches {
+  struct request {
+    pipelined_watches* all;
+    std::size_t index;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  int outstanding = 0;
+  std::vector<int> rc;
+  std::vector<request> requests;  // the completions' contexts (stable: sized once)
+};
+
+extern "C" void on_pipelined_watch(int rc, const char*, int, const struct Stat*, const void* data) {
+  const auto* req = static_cast<const pipelined_watches::request*>(data);
+  pipelined_watches& all = *req->all;
+  // notify under the lock: the waiter may destroy `all` as soon as it sees outstanding == 0
+  std::lock_guard lk{all.mu};
+  all.rc[req->index] = rc;
+  --all.outstanding;
+  all.cv.notify_all();
+}
+
+}  // namespace
+
+std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vector<std::shared_ptr<watch_slot>>& slots,
+                                                  clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  const std::uint64_t g = s.current_gen();
+  const std::size_t n = slots.size();
+  std::vector<node_seen> seen(n, node_seen::present);
+  std::vector<std::uint64_t> groups(n, 0);  // non-zero: the slot is in this group
+  // Any way out but success leaves none of the slots watched.
+  bool done = false;
+  struct undo {
+    session& sess;
+    const std::vector<std::shared_ptr<watch_slot>>& slots;
+    std::vector<std::uint64_t>& groups;
+    bool& done;
+    ~undo() {
+      if (done) return;
+      for (std::size_t i = 0; i < slots.size(); ++i)
+        if (groups[i]) drop_watch(sess, slots[i]->path, false, slots[i].get());
+    }
+  } guard{sess, slots, groups, done};
+  for (std::size_t i = 0; i < n; ++i) groups[i] = join_group(&s, slots[i]->path, false, slots[i]);
+
+  pipelined_watches r;
+  r.rc.assign(n, ZSYSTEMERROR);
+  for (std::size_t i = 0; i < n; ++i) r.requests.push_back({&r, i});
+  std::vector<std::size_t> todo(n);
+  for (std::size_t i = 0; i < n; ++i) todo[i] = i;
+  while (!todo.empty()) {
+    {
+      std::shared_lock hl{s.handle_mu};  // as a synchronous call: the handle stays open meanwhile
+      {
+        std::lock_guard lk{s.mu};
+        if (s.closed) throw_error(errc::session_closed, "zklock");
+        if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
+      }
+      std::unique_lock lk{r.mu};
+      for (const std::size_t i : todo) {
+        // getData, not exists: on a missing node it leaves no watch behind.
+        const int rc = zoo_awget(s.zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]),
+                                 &on_pipelined_watch, &r.requests[i]);
+        if (rc == ZOK)
+          ++r.outstanding;
+        else
+          r.rc[i] = rc;  // not sent: decided below as if it were the reply
+      }
+      // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
+      r.cv.wait(lk, [&] { return r.outstanding == 0; });
+    }
+    std::vector<std::size_t> again;
+    for (const std::size_t i : todo) {
+      const int rc = r.rc[i];
+      if (rc == ZOK) continue;
+      if (rc == ZNONODE) {  // gone already: nothing armed
+        seen[i] = node_seen::gone;
+        leave_group(&s, slots[i]->path, slots[i].get());
+        groups[i] = 0;
+      } else if (unknown_outcome(rc)) {
+        again.push_back(i);
+      } else if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
+        throw_error(errc::session_expired, "zklock");
+      } else if (rc == ZCLOSING) {
+        throw_error(errc::session_closed, "zklock");
+      } else {
+        fail(rc, "zklock: watching " + slots[i]->path);
+      }
+    }
+    todo = std::move(again);
+    if (!todo.empty() && !s.wait_connected(deadline, g)) return std::nullopt;
+  }
+  done = true;
+  return seen;
 }
 
 void run_on_session_thread(session& sess, std::stop_source stop) noexcept {

@@ -4,7 +4,7 @@
 
   peer_runner_contract.py PEER_RUNNER_BINARY       (server address in ZKLOCK_TEST_ZK)
 
-A tiny run (scenarios a, b, c, f; o is asked for but there is no proxy, so it must be skipped):
+A tiny run (scenarios a, b, c, f, k; o is asked for but there is no proxy, so it must be skipped):
 exit status 0; every stdout line one JSON object with lib, lib_version, scenario and the tag; every
 scenario present for both watch strategies with the fields summarize.py reads; no errors, no
 mutual-exclusion violations, no leftover nodes. Also: an unknown flag exits with status 2.
@@ -22,6 +22,8 @@ FIELDS = {
     "b_reentrant": ["supported", "p50_us", "reacquire_p50_us", "leftover_nodes"],
     "c_contended_T2": ["handoffs_s", "wait_p50_us", "wait_p99_us", "per_thread_min", "per_thread_max", "violations",
                        "max_holders", "stalls", "leftover_nodes", "cpu_us_per_acq"],
+    "k_contended_hold5_T8": ["handoffs_s", "gap_p50_us", "gap_p99_us", "gap_mean_us", "per_thread_min",
+                             "per_thread_max", "violations", "stalls", "leftover_nodes"],
     "f_failed_try": ["try0_p50_us", "try0_p99_us", "server_requests_per_try0", "timed_overshoot_mean_ms",
                      "orphan_nodes_after_release", "server_watches_added_while_held",
                      "server_watches_left_after_release"],
@@ -42,7 +44,7 @@ def main():
         problems.append("unknown flag: exit %d, stdout %r (want 2, nothing)" % (bad.returncode, bad.stdout[:200]))
 
     args = [runner, "--zk", zk, "--n", "20", "--warm", "5", "--dur", "1", "--threads", "2", "--herd", "5",
-            "--scen", "a,b,c,f,o", "--tag", "smoke"]
+            "--scen", "a,b,c,f,k,o", "--tag", "smoke"]
     p = subprocess.run(args, capture_output=True, text=True, timeout=100)
     if p.returncode != 0:
         problems.append("exit status %d" % p.returncode)

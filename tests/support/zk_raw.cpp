@@ -202,7 +202,7 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit) {
     zookeeper_close(zh);
     // The original handle may win the session back (it reconnects within milliseconds): retry.
     std::unique_lock lk{flag->mu};
-    flag->cv.wait_for(lk, std::chrono::seconds{1}, [&] { return flag->expired; });
+    flag->cv.wait_for(lk, std::chrono::milliseconds{250}, [&] { return flag->expired; });
     lk.unlock();
     ok = done();
   }

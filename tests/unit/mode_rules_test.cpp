@@ -23,47 +23,106 @@ std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read,
 }
 }  // namespace
 
-TEST(ModeRules, ExclusiveHeldIffFirstElseWatchPredecessor) {
+/// Returns: the names of the counted contenders ahead of q[self] by `r`.
+template <class Rule>
+std::vector<std::string> ahead(const Rule& r, const std::vector<contender>& q, std::size_t self) {
+  std::vector<std::string> out;
+  for (auto i : stand(r, q, self).ahead) out.push_back(q[i].name);
+  return out;
+}
+
+TEST(ModeRules, ExclusiveHeldIffFirstEveryoneAheadCounts) {
   const auto q = queue("LLL");
-  EXPECT_TRUE(exclusive_rule{}(q, 0).held);
-  const auto v = exclusive_rule{}(q, 2);
-  EXPECT_FALSE(v.held);
-  EXPECT_EQ(v.what, verdict::watch::node);
-  EXPECT_EQ(v.index, 1u);
+  EXPECT_TRUE(stand(exclusive_rule{}, q, 0).held());
+  EXPECT_FALSE(stand(exclusive_rule{}, q, 2).held());
+  EXPECT_EQ(ahead(exclusive_rule{}, q, 2), (std::vector<std::string>{"L0", "L1"}));
 }
 
 TEST(ModeRules, ReadersOverlapUntilAWriter) {
-  const auto q = queue("RRWRR");
-  EXPECT_TRUE(read_rule{}(q, 0).held);
-  EXPECT_TRUE(read_rule{}(q, 1).held);
-  const auto v = read_rule{}(q, 4);
-  EXPECT_FALSE(v.held);
-  EXPECT_EQ(v.index, 2u);  // the nearest writer ahead, not the reader just ahead
+  const auto q = queue("RRWRRWR");
+  EXPECT_TRUE(stand(read_rule{}, q, 0).held());
+  EXPECT_TRUE(stand(read_rule{}, q, 1).held());
+  EXPECT_FALSE(stand(read_rule{}, q, 4).held());
+  EXPECT_EQ(ahead(read_rule{}, q, 4), (std::vector<std::string>{"W2"}));  // readers ahead do not count
+  EXPECT_EQ(ahead(read_rule{}, q, 6), (std::vector<std::string>{"W2", "W5"}));
 }
 
-TEST(ModeRules, WriterHeldIffFirst) {
+TEST(ModeRules, WriterHeldIffFirstReadersAndWritersCount) {
   const auto q = queue("RWR");
-  EXPECT_FALSE(write_rule{}(q, 1).held);
-  EXPECT_EQ(write_rule{}(q, 1).index, 0u);
-  EXPECT_TRUE(write_rule{}(queue("WR"), 0).held);
+  EXPECT_FALSE(stand(write_rule{}, q, 1).held());
+  EXPECT_EQ(ahead(write_rule{}, q, 1), (std::vector<std::string>{"R0"}));
+  EXPECT_TRUE(stand(write_rule{}, queue("WR"), 0).held());
 }
 
-TEST(ModeRules, SemaphoreFirstWaiterWatchesAnyChangeOthersTheOneAhead) {
+TEST(ModeRules, SemaphoreHeldWhileFewerThanLeasesAhead) {
   const auto q = queue("SSSSSS");
   const semaphore_rule r{3};
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(r(q, i).held);
-  EXPECT_TRUE(r(q, 2).poke_successor);           // someone waits behind: wake it when granted
-  EXPECT_FALSE(r(queue("SS"), 1).poke_successor);  // nobody behind
-  EXPECT_EQ(r(q, 3).what, verdict::watch::any_change);  // any of the 3 releases is its turn
-  EXPECT_EQ(r(q, 4).what, verdict::watch::node);
-  EXPECT_EQ(r(q, 4).index, 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(stand(r, q, i).held());
+  EXPECT_FALSE(stand(r, q, 3).held());
+  EXPECT_EQ(stand(r, q, 3).limit, 3u);
+  EXPECT_EQ(stand(r, q, 5).ahead.size(), 5u);
 }
 
 TEST(ModeRules, OutOfOrderReleaseStillGrantsTheFirstWaiter) {
-  // Leases 2: holders S0 S1, waiters S2 S3. S1 leaves first: S2 must now hold.
+  // Leases 2: holders S0 S1, waiters S2 S3. S1 leaves first: S2 must now hold, S3 not yet.
   auto q = queue("SSSS");
   const semaphore_rule r{2};
   q.erase(q.begin() + 1);
-  EXPECT_TRUE(r(q, 1).held);  // former S2
-  EXPECT_EQ(r(q, 2).what, verdict::watch::any_change);  // S3 moved up to first waiter
+  EXPECT_TRUE(stand(r, q, 1).held());   // former S2
+  EXPECT_FALSE(stand(r, q, 2).held());  // former S3: S0 and S2 ahead
+}
+
+// ---- what deletions prove (the tally) ----------------------------------------------------------
+
+TEST(Tally, AMutexWaiterIsGrantedOnlyWhenEveryoneAheadIsSeenGone) {
+  tally t{2, 1, 2, 0};  // two ahead, both watched
+  EXPECT_FALSE(t.proves_held());
+  t.gone = 1;  // one of them left (the holder released, or the waiter between us timed out)
+  EXPECT_FALSE(t.proves_held());
+  EXPECT_FALSE(t.must_relist());  // both are watched: the other one's deletion will tell
+  t.gone = 2;
+  EXPECT_TRUE(t.proves_held());
+}
+
+TEST(Tally, ADeletionWithUnwatchedContendersAheadMeansListAgain) {
+  tally t{5, 1, 2, 0};  // five ahead, the nearest two watched
+  EXPECT_FALSE(t.must_relist());
+  t.gone = 1;
+  EXPECT_FALSE(t.proves_held());
+  EXPECT_TRUE(t.must_relist());
+  t.gone = 2;  // both watched ones gone: three unwatched may remain
+  EXPECT_FALSE(t.proves_held());
+  EXPECT_TRUE(t.must_relist());
+}
+
+TEST(Tally, ASemaphoreWaiterCountsReleasesInAnyOrder) {
+  tally t{4, 3, 4, 0};  // leases 3: four ahead, all watched; two must go
+  t.gone = 1;
+  EXPECT_FALSE(t.proves_held());
+  EXPECT_FALSE(t.must_relist());
+  t.gone = 2;
+  EXPECT_TRUE(t.proves_held());
+}
+
+TEST(Tally, WatchingOneMoreThanNeededListsWhileTheNextHolderStillHolds) {
+  // A mutex waiter with three ahead watches the nearest two (window = limit + 1): the holder's
+  // deletion is unseen; the next one's (the contender two ahead, now the holder) makes it list, at
+  // which point only the contender just ahead is left, watched already.
+  constexpr std::size_t w = zklock::watch_predecessor::window(3, 1);
+  static_assert(w == 2);
+  tally t{3, 1, w, 1};
+  EXPECT_TRUE(t.must_relist());
+  const tally after{1, 1, zklock::watch_predecessor::window(1, 1), 0};
+  EXPECT_EQ(after.watched, 1u);
+  EXPECT_FALSE(after.proves_held());
+  EXPECT_TRUE((tally{1, 1, 1, 1}.proves_held()));
+}
+
+TEST(Tally, WatchStrategiesChooseTheirWindow) {
+  static_assert(zklock::watch_predecessor::window(10, 1) == 2);
+  static_assert(zklock::watch_predecessor::window(10, 4) == 5);  // semaphore of 4 leases
+  static_assert(zklock::watch_predecessor::window(3, 4) == 3);   // all of them
+  static_assert(zklock::watch_predecessor::window(100, 32) == 0);  // too many leases: children
+  static_assert(zklock::watch_children::window(10, 1) == 0);
+  SUCCEED();
 }
