@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // peer_runner — zklock's runner for the peer lock benchmarks (Curator, kazoo; ../shared/peers):
-// the same scenarios a–h and o, the same flags, one JSON object per line on stdout.
+// the same scenarios a–h, k and o, the same flags, one JSON object per line on stdout.
 //
 //   peer_runner --zk HOST:PORT [--proxy HOST:PORT --ctrl PORT] [--n 2000] [--warm 500] [--dur 10]
-//               [--threads 2,8,32] [--herd 100] [--scen a,b,c,d,e,f,g,h,o] [--tag TEXT]
+//               [--threads 2,8,32] [--herd 100] [--scen a,b,c,d,e,f,g,h,k,o] [--tag TEXT]
 //               [--watch predecessor|children|both] [--release background|sync]
 //
 // Each scenario runs once per watch strategy (default both): lib "zklock" is watch_predecessor,
@@ -71,7 +71,7 @@ struct config {
   double dur = 10;
   std::vector<int> threads{2, 8, 32};
   int herd = 100;
-  std::set<std::string> scen{"a", "b", "c", "d", "e", "f", "g", "h", "o"};
+  std::set<std::string> scen{"a", "b", "c", "d", "e", "f", "g", "h", "k", "o"};
   std::string tag;
   bool predecessor = true;
   bool children = true;
@@ -663,6 +663,68 @@ void scen_contended(int T, raw_zk& raw) {
       .boolean("errors", r.errors)
       .num("cpu_us_per_acq", total ? r.cpu_s * 1e6 / static_cast<double>(total) : kNaN)
       .num("cpu_util", r.cpu_s / r.elapsed_s, 2)
+      .integer("leftover_nodes", raw.count(path))
+      .emit();
+}
+
+// ---- (k) contended mutex with a hold time -----------------------------------------------------------
+// 8 clients, each holds 5 ms, DUR s. The gap of a handoff is the next holder's acquire return minus
+// the previous holder's time just before unlock() (one shared timestamp): what the lock costs
+// between two holds.
+
+template <class W>
+void scen_contended_hold(raw_zk& raw) {
+  constexpr int T = 8;
+  constexpr auto hold = 5ms;
+  const auto path = path_of<W>("k-contended-hold");
+  auto ss = open_sessions(T);
+  std::vector<std::unique_ptr<mutex_t<W>>> ms;
+  for (auto& s : ss) ms.push_back(std::make_unique<mutex_t<W>>(*s, path));
+  std::atomic<int> holders{0}, violations{0}, stalls{0};
+  std::atomic<std::int64_t> last_release{0};
+  std::vector<long long> counts(static_cast<std::size_t>(T));
+  std::vector<std::vector<std::int64_t>> gaps(static_cast<std::size_t>(T));
+  const auto r = run_timed(
+      T, cfg.dur,
+      [&](int i) {
+        ms[static_cast<std::size_t>(i)]->lock();  // warm-up (also creates the lock node)
+        ms[static_cast<std::size_t>(i)]->unlock();
+      },
+      [&](int i) {
+        auto& m = *ms[static_cast<std::size_t>(i)];
+        if (!m.try_lock_for(kStall)) {
+          ++stalls;
+          return;
+        }
+        const auto a = now_ns();
+        if (++holders > 1) ++violations;
+        if (const auto prev = last_release.load(); prev != 0) gaps[static_cast<std::size_t>(i)].push_back(a - prev);
+        std::this_thread::sleep_for(hold);
+        --holders;
+        last_release = now_ns();
+        m.unlock();
+        ++counts[static_cast<std::size_t>(i)];
+      });
+  long long total = 0;
+  std::vector<std::int64_t> all;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    total += counts[i];
+    all.insert(all.end(), gaps[i].begin(), gaps[i].end());
+  }
+  ms.clear();
+  flush_all(ss);
+  json(strategy<W>::lib, "k_contended_hold5_T8")
+      .integer("threads", T)
+      .num("hold_ms", 5)
+      .num("duration_s", r.elapsed_s, 2)
+      .integer("acquisitions", total)
+      .num("handoffs_s", static_cast<double>(total) / r.elapsed_s)
+      .lat("gap_", all)
+      .integer("per_thread_min", *std::min_element(counts.begin(), counts.end()))
+      .integer("per_thread_max", *std::max_element(counts.begin(), counts.end()))
+      .integer("violations", violations)
+      .integer("stalls", stalls)
+      .boolean("errors", r.errors)
       .integer("leftover_nodes", raw.count(path))
       .emit();
 }
@@ -1323,6 +1385,8 @@ void run_scenario(const std::string& sc) {
       log(std::string{lib} + ": c T=" + std::to_string(T));
       guarded(lib, "c_contended_T" + std::to_string(T), [&] { scen_contended<W>(T, raw); });
     }
+  } else if (sc == "k") {
+    guarded(lib, "k_contended_hold5_T8", [&] { scen_contended_hold<W>(raw); });
   } else if (sc == "d") {
     guarded(lib, "d_rwlock", [&] { scen_rw<W>(raw); });
   } else if (sc == "e") {
@@ -1372,7 +1436,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     log(std::string{"process warm-up failed: "} + e.what());
   }
-  for (const char* sc : {"a", "b", "c", "d", "e", "f", "g", "h", "o"}) {
+  for (const char* sc : {"a", "b", "c", "k", "d", "e", "f", "g", "h", "o"}) {
     if (!cfg.scen.contains(sc)) continue;
     if (cfg.predecessor) run_scenario<zklock::watch_predecessor>(sc);
     if (cfg.children) run_scenario<zklock::watch_children>(sc);

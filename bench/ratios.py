@@ -7,7 +7,9 @@
 Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
 several dirs every value is the median over the runs. zklock libs are those whose name starts with
 "zklock" (zklock = predecessor watch, zklock-children = children watch); peers: curator, kazoo.
-A ratio is zklock / peer; the "better" column says which direction favours zklock.
+A ratio says how many times better zklock does than the peer (higher = zklock better): zklock / peer
+for rates, peer / zklock for latencies and request counts (the "better" column names the direction
+of the metric itself).
 Standard library only.
 """
 import glob
@@ -25,6 +27,8 @@ METRICS = [
     ("c_contended_T2", "handoffs_s", "(c) T=2 handoffs/s", "higher"),
     ("c_contended_T8", "handoffs_s", "(c) T=8 handoffs/s", "higher"),
     ("c_contended_T32", "handoffs_s", "(c) T=32 handoffs/s", "higher"),
+    ("k_contended_hold5_T8", "handoffs_s", "(k) T=8 hold 5 ms: handoffs/s", "higher"),
+    ("k_contended_hold5_T8", "gap_p50_us", "(k) T=8 hold 5 ms: gap p50 us", "lower"),
     ("d_rwlock", "ops_s", "(d) r/w 90:10 ops/s", "higher"),
     ("e_semaphore_hold0", "leases_s", "(e) semaphore hold 0: leases/s", "higher"),
     ("e_semaphore_hold20", "leases_s", "(e) semaphore hold 20 ms: leases/s", "higher"),
@@ -80,6 +84,11 @@ def ratio(a, b):
     return "%.2fx" % (a / b)
 
 
+def better_ratio(mine, peer, better):
+    """How many times better `mine` is than `peer` for a metric where `better` is higher or lower."""
+    return ratio(mine, peer) if better == "higher" else ratio(peer, mine)
+
+
 def main():
     dirs = sys.argv[1:]
     if not dirs:
@@ -96,7 +105,7 @@ def main():
     if not mine:
         print("no zklock results in " + ", ".join(dirs))
         sys.exit(1)
-    print("zklock / peer ratios (%s%s)" % (", ".join(dirs), "; medians of %d runs" % len(runs) if len(runs) > 1 else ""))
+    print("zklock vs peer: times better, higher = zklock better (%s%s)" % (", ".join(dirs), "; medians of %d runs" % len(runs) if len(runs) > 1 else ""))
     for lib in mine + peers:
         loads = [r.get((lib, "env"), {}).get("loadavg") for r in runs]
         print("  %s: loadavg at process start %s" % (lib, " | ".join(str(x) for x in loads)))
@@ -113,7 +122,7 @@ def main():
         cells = [label, better] + [fmt(pv[p]) for p in peers]
         for m in mine:
             mv = value(runs, m, scen, key)
-            cells += [fmt(mv)] + [ratio(mv, pv[p]) for p in peers]
+            cells += [fmt(mv)] + [better_ratio(mv, pv[p], better) for p in peers]
         print("| " + " | ".join(cells) + " |")
         for p in peers:
             alt = PATCHED.get((p, scen))
@@ -122,7 +131,8 @@ def main():
                 cells = [label + ", %s with PR#650 fix" % p, better]
                 cells += [fmt(av) if q == p else "" for q in peers]
                 for m in mine:
-                    cells += [""] + [ratio(value(runs, m, scen, key), av) if q == p else "" for q in peers]
+                    cells += [""] + [better_ratio(value(runs, m, scen, key), av, better) if q == p else ""
+                                     for q in peers]
                 print("| " + " | ".join(cells) + " |")
     print()
     print("zklock client CPU (user+sys of the whole runner process, C client threads included) per acquisition, us:")
