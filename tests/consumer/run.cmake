@@ -1,68 +1,142 @@
 # SPDX-License-Identifier: Apache-2.0
-# run.cmake: install a zklock build into a fresh prefix, build this consumer project against it
-# with the same compiler (and sanitizers), run it. Used by CTest's consumer_project test:
-#   cmake -DBUILD_DIR=... -DWORK_DIR=... -DCXX=... [-DSCAN_DEPS=...] [-DMAKE_PROGRAM=...]
-#         [-DBUILD_TYPE=...] [-DSANITIZE=...] -P run.cmake        (ZKLOCK_TEST_ZK set in the environment)
+# run.cmake: configure, build and run one consumer project of tests/consumer from scratch, as its
+# users would, with zklock's compiler (and sanitizers), warnings on; or check that it is refused.
+#   cmake -DWAY=installed|subproject|fetchcontent -DWORK_DIR=... -DCXX=...
+#         [-DPROJECT=<project dir here; default: WAY>] [-DPREFIX=<installed zklock>]
+#         [-DSOURCE_DIR=<zklock sources>] [-DFORBIDDEN_PATH=<where the prefix was installed>]
+#         [-DSCAN_DEPS=...] [-DMAKE_PROGRAM=...] [-DBUILD_TYPE=...] [-DSANITIZE=...]
+#         [-DEXPECT_MODE=<mode of zklock's BMIs, e.g. gnu++20>] [-DEXPECT_REFUSAL=<regex>]
+#         -P run.cmake [-- <more arguments for the consumer's configure step>]
+# A run (ZKLOCK_TEST_ZK set) must lock; a refusal must stop the configure step with one error.
 cmake_minimum_required(VERSION 3.28)
-foreach(var BUILD_DIR WORK_DIR CXX)
+foreach(var WAY WORK_DIR CXX)
   if(NOT ${var})
     message(FATAL_ERROR "run.cmake: -D${var}=... is required")
   endif()
 endforeach()
-if(NOT DEFINED ENV{ZKLOCK_TEST_ZK})
-  message(FATAL_ERROR "run.cmake: ZKLOCK_TEST_ZK is not set (run through tools/zk env)")
+if(NOT PROJECT)
+  set(PROJECT ${WAY})
 endif()
-set(prefix "${WORK_DIR}/prefix")
-set(consumer_build "${WORK_DIR}/build")
-file(REMOVE_RECURSE "${prefix}" "${consumer_build}")
-
-# 1. Install.
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}"
-  COMMAND_ERROR_IS_FATAL ANY)
-
-# 2. The install tree holds the package: no tests, examples, benchmarks or prebuilt BMIs.
-file(GLOB_RECURSE installed RELATIVE "${prefix}" "${prefix}/*")
-list(SORT installed)
-list(JOIN installed "\n  " listing)
-message(STATUS "installed:\n  ${listing}")
-foreach(expected zklock/modules/zklock.cppm zklock/zklockConfig.cmake
-                 zklock/zklockConfigVersion.cmake zklock/FindZooKeeper.cmake)  # LIBDIR may vary
-  set(found "${installed}")
-  list(FILTER found INCLUDE REGEX "(^|/)${expected}$")
-  if(NOT found)
-    message(FATAL_ERROR "run.cmake: .../${expected} is missing from the install tree")
+set(more "")  # the arguments after --
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(found_dashes)
+    list(APPEND more "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(found_dashes TRUE)
   endif()
 endforeach()
-foreach(file IN LISTS installed)
-  if(file MATCHES "(^|/|_)(tests?|gtest|gmock|examples?|bench|support)([/_.]|$)|_test|\\.(pcm|bmi|gcm|ifc)$")
-    message(FATAL_ERROR "run.cmake: the install tree holds a file it should not: ${file}")
-  endif()
-endforeach()
+get_filename_component(name "${WORK_DIR}" NAME)
+set(build "${WORK_DIR}/build")
+file(REMOVE_RECURSE "${WORK_DIR}")
 
-# 3. Configure and build the consumer the way a user would, with the same toolchain.
-set(args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${consumer_build}" -G Ninja
-  "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_CXX_COMPILER=${CXX}")
+# 1. Configure: the user's generator, compiler and flags, then how this way finds zklock.
+set(args -S "${CMAKE_CURRENT_LIST_DIR}/${PROJECT}" -B "${build}" "-DCMAKE_CXX_COMPILER=${CXX}")
+if(NOT "-G" IN_LIST more)
+  list(APPEND args -G Ninja)
+  if(MAKE_PROGRAM)
+    list(APPEND args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+  endif()
+endif()
 if(SCAN_DEPS)
   list(APPEND args "-DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}")
-endif()
-if(MAKE_PROGRAM)
-  list(APPEND args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()
 if(BUILD_TYPE)
   list(APPEND args "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}")
 endif()
-if(SANITIZE)  # the installed library is instrumented: the consumer must be too, and link the runtime
-  list(APPEND args
-    "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all"
-    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
+set(flags "-Wall -Wextra -Wpedantic")
+if(SANITIZE)  # an instrumented zklock needs an instrumented program, linked with the runtime
+  string(APPEND flags " -fsanitize=${SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all")
+  list(APPEND args "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
 endif()
-execute_process(COMMAND "${CMAKE_COMMAND}" ${args} COMMAND_ERROR_IS_FATAL ANY)
-execute_process(COMMAND "${CMAKE_COMMAND}" --build "${consumer_build}" COMMAND_ERROR_IS_FATAL ANY)
+list(APPEND args "-DCMAKE_CXX_FLAGS=${flags}")
+if(WAY STREQUAL "installed")
+  # find_package(zklock) must need nothing its users never include: range-v3 is made unfindable.
+  list(APPEND args "-DCMAKE_PREFIX_PATH=${PREFIX}" "-DCMAKE_DISABLE_FIND_PACKAGE_range-v3=ON")
+elseif(WAY STREQUAL "subproject")
+  list(APPEND args "-DZKLOCK_SOURCE_DIR=${SOURCE_DIR}")
+elseif(WAY STREQUAL "fetchcontent")
+  # The sources' commit, with their uncommitted changes to tracked files (git stash create makes a
+  # commit of them without touching the work tree or any ref; a local clone copies it too).
+  find_program(GIT git REQUIRED)
+  execute_process(COMMAND "${GIT}" -C "${SOURCE_DIR}" -c user.name=zklock-tests -c user.email=tests@invalid
+                          stash create
+    OUTPUT_VARIABLE tag OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  if(NOT tag)
+    execute_process(COMMAND "${GIT}" -C "${SOURCE_DIR}" rev-parse HEAD
+      OUTPUT_VARIABLE tag OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  endif()
+  message(STATUS "fetching zklock from ${SOURCE_DIR} at ${tag} (untracked files are not in it)")
+  list(APPEND args "-DZKLOCK_GIT=${SOURCE_DIR}" "-DZKLOCK_GIT_TAG=${tag}")
+else()
+  message(FATAL_ERROR "run.cmake: WAY must be installed, subproject or fetchcontent, not '${WAY}'")
+endif()
+list(APPEND args ${more})
+list(JOIN args "' '" shown)
+message(STATUS "cmake '${shown}'")
+execute_process(COMMAND "${CMAKE_COMMAND}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
 
-# 4. Run it against the fixture's server: it must lock and print a fencing token.
-execute_process(COMMAND "${consumer_build}/zklock_consumer"
+if(EXPECT_REFUSAL)
+  string(REGEX MATCHALL "CMake Error" errors "${out}")
+  list(LENGTH errors count)
+  if(rc EQUAL 0 OR NOT count EQUAL 1 OR NOT out MATCHES "${EXPECT_REFUSAL}")
+    message(FATAL_ERROR "run.cmake: expected the configure step to fail with one error matching "
+                        "'${EXPECT_REFUSAL}'; it exited ${rc} with ${count} errors")
+  endif()
+  message(STATUS "refused, with one clear message, as expected")
+  return()
+endif()
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "run.cmake: configuring the consumer failed")
+endif()
+if(EXPECT_MODE)
+  string(FIND "${out}" "zklock: module interface compiled as ${EXPECT_MODE}," at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "run.cmake: zklock's module interface is not compiled as ${EXPECT_MODE}")
+  endif()
+endif()
+file(READ "${build}/CMakeCache.txt" cache)
+if(WAY STREQUAL "installed" AND cache MATCHES "ZooKeeper_INCLUDE_DIR|range-v3_DIR")
+  message(FATAL_ERROR "run.cmake: find_package(zklock) looked for headers its users never include")
+endif()
+
+# 2. Build: no warning at all (zklock's module interface and, as a subproject, its library are
+#    compiled here with the consumer's flags).
+execute_process(COMMAND "${CMAKE_COMMAND}" --build "${build}" --parallel 2
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "run.cmake: building the consumer failed")
+endif()
+if(out MATCHES "warning:")
+  message(FATAL_ERROR "run.cmake: the consumer's build printed warnings")
+endif()
+file(READ "${build}/build.ninja" ninja)
+if(FORBIDDEN_PATH)
+  string(FIND "${ninja}${cache}" "${FORBIDDEN_PATH}" at)
+  if(at GREATER -1)
+    message(FATAL_ERROR "run.cmake: the consumer's build names ${FORBIDDEN_PATH}")
+  endif()
+endif()
+
+# 3. As a subproject, zklock builds its library only and installs nothing.
+if(NOT WAY STREQUAL "installed")
+  if(ninja MATCHES "zklock_cli|unit_tests|example_tour|peer_runner")
+    message(FATAL_ERROR "run.cmake: the subproject builds more than the library")
+  endif()
+  execute_process(COMMAND "${CMAKE_COMMAND}" --install "${build}" --prefix "${WORK_DIR}/install"
+    COMMAND_ERROR_IS_FATAL ANY)
+  file(GLOB_RECURSE installed "${WORK_DIR}/install/*")
+  if(installed)
+    message(FATAL_ERROR "run.cmake: the parent's cmake --install installed zklock's files: ${installed}")
+  endif()
+endif()
+
+# 4. Run it against the fixture's server: a mutex and a read lock, both seen on the server.
+execute_process(COMMAND "${build}/zklock_consumer" "${name}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "zklock_consumer exited ${rc}\nstdout: ${out}stderr: ${err}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "^fencing token [1-9][0-9]*\n$")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^mutex token [1-9][0-9]*, read token [1-9][0-9]*\n$")
   message(FATAL_ERROR "run.cmake: zklock_consumer failed")
 endif()
