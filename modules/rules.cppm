@@ -107,8 +107,9 @@ struct tally {
   constexpr bool proves_held() const noexcept { return ahead - gone < limit; }
   /// Returns: whether to list again: a watched contender went, and contenders beyond the watched
   /// ones may have gone unseen (so the bound proves too little, and the watches must move up).
-  /// Watching limit + 1 of them makes this happen one deletion before the grant, while the
-  /// contender that will be granted first still holds: by its deletion the waiter knows the rest.
+  /// Watching more than `limit` of them makes this happen before the turn: with 2 * limit, the
+  /// first watched one to go leaves `limit` more deletions (for a mutex: the hold of the one
+  /// just ahead) to list in, so that the deletion that makes the turn finds the waiter counting.
   constexpr bool must_relist() const noexcept { return gone > 0 && watched < ahead && !proves_held(); }
 };
 

@@ -2,15 +2,17 @@
 // zklock:watch — how a waiting contender learns that it may hold the lock now.
 //
 //   watch_predecessor  Exists-style watches on the nearest contenders ahead that decide the
-//                      waiter's turn: for a mutex or a writer the two just ahead, for a reader the
-//                      two nearest writers ahead, for a semaphore of L leases the L + 1 nearest
-//                      leases ahead. A release wakes only the few waiters behind it, never a herd,
-//                      and the waiter it grants needs no listing: it knows already, from the
-//                      deletions it counted, that nobody it waits for is left (one round trip from
-//                      the release to the grant). The waiter one step further back lists once,
-//                      while the new holder holds, to move its watches up. Pick it by default, and
-//                      always for long queues. (A semaphore of more than 31 leases watches the
-//                      lock node's children instead: that many watches per waiter cost more.)
+//                      waiter's turn: twice as many as may remain ahead while it holds. For a
+//                      mutex or a writer the two just ahead, for a reader the two nearest writers
+//                      ahead, for a semaphore of L leases the 2L nearest leases ahead. A release
+//                      wakes only the few waiters that watch it, never a herd, and the waiter it
+//                      grants needs no listing: it knows already, from the deletions it counted,
+//                      that no more than may remain are left (one round trip from the release to
+//                      the grant). A waiter whose watches do not reach the head of the queue lists
+//                      once when the first of them goes, while those ahead of it still hold, to
+//                      move its watches up. Pick it by default, and always for long queues. (A
+//                      semaphore of more than 16 leases watches the lock node's children instead:
+//                      that many watches per waiter cost more than the herd.)
 //   watch_children     A children watch on the lock node: every waiter wakes on every join and
 //                      leave, lists again and re-arms (the simple recipe; a herd: two requests from
 //                      every waiter on every change). Only for very short queues, or to compare.
@@ -42,12 +44,12 @@ concept WatchStrategy = std::is_empty_v<P> && requires(std::size_t n) {
 struct watch_predecessor {
   /// Watch the node the rule names.
   static constexpr watch_kind kind = watch_kind::predecessor;
-  /// Returns: min(ahead, limit + 1): one more than the grant needs to see go, so that the waiter
-  /// lists again while the contender just ahead still holds (see zklock:rules, tally); 0 (the
-  /// children) when limit + 1 exceeds 32.
+  /// Returns: min(ahead, 2 * limit): the first watched contender to go leaves `limit` more
+  /// deletions before the turn, time to list and move the watches up (see zklock:rules, tally);
+  /// 0 (the children) when 2 * limit exceeds 32.
   static constexpr std::size_t window(std::size_t ahead, std::size_t limit) noexcept {
-    if (limit + 1 > 32) return 0;
-    return ahead < limit + 1 ? ahead : limit + 1;
+    if (limit > 16) return 0;
+    return ahead < 2 * limit ? ahead : 2 * limit;
   }
 };
 

@@ -185,8 +185,8 @@ TYPED_TEST(WakeupCount, AMutexReleaseWakesOneWaiterOrTheHerd) {
 
 // Two leases held, four waiters queued. The leases are returned out of order (the second holder
 // first), and every granted waiter returns its lease at once. With the predecessor watch a waiter
-// watches the three leases nearest ahead of it and wakes only when one of them goes: at most
-// three times (leases + 1) however long the queue; joins behind it never wake it.
+// watches the four leases nearest ahead of it (twice the leases) and wakes only when one of them
+// goes: at most once per lease ahead of it; joins behind it never wake it.
 TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
   constexpr int waiters = 4;
   const auto path = zkt::unique_path("wake-sem");
@@ -210,11 +210,11 @@ TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
     ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(i) + 3));
   }
   // One children watch per waiter; or, with the predecessor watch, waiter i watches its own node
-  // and the nearest three (leases + 1) of the 2 + i leases ahead of it.
+  // and the nearest four (twice the leases) of the 2 + i leases ahead of it.
   long long armed = waiters;
   if constexpr (TypeParam::predecessor) {
     armed = 0;
-    for (long long i = 0; i < waiters; ++i) armed += 1 + std::min(i + 2, 3LL);
+    for (long long i = 0; i < waiters; ++i) armed += 1 + std::min(i + 2, 4LL);
   }
   ASSERT_TRUE(await_watch_count(watches_before, armed)) << "not every waiter waits";
   {
@@ -232,7 +232,8 @@ TYPED_TEST(WakeupCount, ASemaphoreReleaseWakesAtMostTheFirstWaiters) {
   [[maybe_unused]] const std::size_t total = std::accumulate(woke.begin(), woke.end(), std::size_t{0});
   if constexpr (TypeParam::predecessor) {
     EXPECT_EQ(woke[0], 1u) << "the first waiter wakes once: at the first release";
-    for (std::size_t i = 1; i < woke.size(); ++i) EXPECT_LE(woke[i], 3u) << "waiter " << i;
+    for (std::size_t i = 1; i < woke.size(); ++i)
+      EXPECT_LE(woke[i], 2 + i) << "waiter " << i << ": at most once per lease ahead of it, never for joins behind";
   } else {
     EXPECT_GT(total, woke.size()) << "a children watch wakes every waiter on every change";
   }

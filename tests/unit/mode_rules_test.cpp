@@ -104,8 +104,8 @@ TEST(Tally, ASemaphoreWaiterCountsReleasesInAnyOrder) {
   EXPECT_TRUE(t.proves_held());
 }
 
-TEST(Tally, WatchingOneMoreThanNeededListsWhileTheNextHolderStillHolds) {
-  // A mutex waiter with three ahead watches the nearest two (window = limit + 1): the holder's
+TEST(Tally, WatchingTwiceTheLimitListsWhileTheNextHolderStillHolds) {
+  // A mutex waiter with three ahead watches the nearest two (window = 2 * limit): the holder's
   // deletion is unseen; the next one's (the contender two ahead, now the holder) makes it list, at
   // which point only the contender just ahead is left, watched already.
   constexpr std::size_t w = zklock::watch_predecessor::window(3, 1);
@@ -120,9 +120,10 @@ TEST(Tally, WatchingOneMoreThanNeededListsWhileTheNextHolderStillHolds) {
 
 TEST(Tally, WatchStrategiesChooseTheirWindow) {
   static_assert(zklock::watch_predecessor::window(10, 1) == 2);
-  static_assert(zklock::watch_predecessor::window(10, 4) == 5);  // semaphore of 4 leases
-  static_assert(zklock::watch_predecessor::window(3, 4) == 3);   // all of them
-  static_assert(zklock::watch_predecessor::window(100, 32) == 0);  // too many leases: children
+  static_assert(zklock::watch_predecessor::window(10, 4) == 8);   // semaphore of 4 leases
+  static_assert(zklock::watch_predecessor::window(3, 4) == 3);    // all of them
+  static_assert(zklock::watch_predecessor::window(100, 16) == 32);
+  static_assert(zklock::watch_predecessor::window(100, 17) == 0);  // too many leases: children
   static_assert(zklock::watch_children::window(10, 1) == 0);
   SUCCEED();
 }
