@@ -200,6 +200,13 @@ void drop_watch(session& s, const std::string& path, bool children, const wake_t
 /// Never throws.
 std::error_code release_node(session& s, const held_node& n) noexcept;
 
+/// Effects: after the session's generation `generation` ended (expired, or given up after a long
+/// disconnection), waits until a later generation is connected.
+/// Returns: true once one is; false if `deadline` passed first.
+/// Throws: errc::session_closed after close(); errc::session_expired if no next session will come:
+/// reestablish_after_expiry is off, or re-establishing was refused for good (auth, chroot).
+bool await_next_session(session& s, std::uint64_t generation, clock::time_point deadline);
+
 /// Returns: a token that fires when the session generation `generation` loses its holds (expiry,
 /// a suspension longer than the loss tolerance, close); already fired if that generation is over.
 std::stop_token loss_token(const session& s, std::uint64_t generation);

@@ -23,7 +23,9 @@
 // (zklock:detail); these templates only decide.
 //
 // Session loss. Our node is ephemeral: when the session expires the server deletes it and others
-// may acquire. A waiter whose session expires gets errc::session_expired. A timeout, an exception
+// may acquire. A waiter whose session ends (an expiry, or a disconnection longer than the loss
+// tolerance) queues again on the session's next handle, within its deadline; a grant is only ever
+// made on a node of the live session. A timeout, an exception
 // or a failed try deletes the attempt's node and removes its watch; if the connection is down the
 // delete is retried in the background. A create whose reply was lost is found again by the
 // attempt's unique id (protected creation).
@@ -66,6 +68,7 @@ struct acquire_counters {
   std::size_t position = 0;  ///< contenders ahead at the first listing
   std::size_t wakeups = 0;   ///< watch firings that made the attempt look again
   std::size_t requests = 0;  ///< ZooKeeper requests the attempt sent
+  std::size_t requeues = 0;  ///< times it queued again after its session ended while it waited
 };
 
 /// A granted contender node and the loss signal of its hold.
@@ -104,8 +107,14 @@ class attempt {
 
   /// Returns: the grant; the attempt keeps its node from now on (watches still armed on
   /// contenders ahead fire once more, harmlessly: they wake nobody).
-  /// Throws: std::bad_alloc.
+  /// Throws: errc::session_expired if the node's session is no longer the live one (given up or
+  /// expired meanwhile: its node goes with it, so it is nobody's grant); std::bad_alloc.
   grant granted() {
+    if (!session_alive_for(s_, node_)) {
+      node_gone_ = true;  // nothing this session could delete: the old session takes it along
+      throw_error(errc::session_expired, "zklock: the session of our contender node " + node_.path +
+                                             " ended before its grant");
+    }
     if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
     relay_->point_at(nullptr);
     granted_ = true;
@@ -217,12 +226,12 @@ class attempt {
   bool node_gone_ = false;  // went with its session: nothing to delete
 };
 
-/// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
-/// holds, or until `deadline`. Returns: the grant, or nullopt on timeout (nothing left behind).
+/// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
+/// it holds, or until `deadline`. Returns: the grant, or nullopt on timeout (nothing left behind).
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                  clock::time_point deadline, acquire_counters* count = nullptr) {
+std::optional<grant> queue_once(session& s, const std::string& lock_path, const Rule& rule,
+                                clock::time_point deadline, acquire_counters* count) {
   // the create and the listing, sent back to back (more requests on a first use or a lost reply)
   auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
                                 count ? &count->requests : nullptr);
@@ -278,6 +287,28 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
       if (!at.wait(deadline)) return std::nullopt;
     }
     list(nullptr);
+  }
+}
+
+/// The one algorithm: queue_once, and again on the next session when the session ends while we
+/// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
+/// our place in the queue is lost). A grant is never queued for again: a lost hold is reported by
+/// its loss signal. Returns: the grant, or nullopt on timeout (nothing left behind).
+/// Throws: std::system_error: session_expired if no next session is connected before `deadline`
+/// or none will come (reestablish_after_expiry off; its re-establishment was refused for good);
+/// others as queue_once.
+template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
+std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
+                                  clock::time_point deadline, acquire_counters* count = nullptr) {
+  for (;;) {
+    const std::uint64_t generation = s.generation();
+    try {
+      return queue_once<Watch, Wakeup>(s, lock_path, rule, deadline, count);
+    } catch (const std::system_error& e) {
+      if (e.code() != make_error_code(errc::session_expired)) throw;
+      if (!await_next_session(s, generation, deadline)) throw;
+      if (count) ++count->requeues;
+    }
   }
 }
 
@@ -444,7 +475,7 @@ class lock_side {
     if constexpr (H::enabled) {
       granted = clock::now();
       H::on_acquire(acquire_stats{path_, granted - started, counters.position, counters.wakeups,
-                                  counters.requests, ok});
+                                  counters.requests, ok, counters.requeues});
     }
     if (!ok) {
       book_.finish(std::nullopt);
@@ -920,7 +951,7 @@ class basic_counting_semaphore {
     if constexpr (H::enabled) {
       granted = detail::clock::now();
       H::on_acquire(acquire_stats{path_, granted - started, counters.position, counters.wakeups, counters.requests,
-                                  n.has_value()});
+                                  n.has_value(), counters.requeues});
     }
     if (!n) return false;
     try {

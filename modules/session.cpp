@@ -270,6 +270,7 @@ struct session_impl {
   std::stop_source loss;          // of the current generation: fired when its holds are lost
   clock::time_point suspended_at{};  // when the current suspension began
   bool reopen_due = false;        // expired: open a new handle (after a failed attempt: again)
+  bool reopen_refused = false;    // the last re-establishment was refused for good (auth, chroot)
 
   std::mutex reopen_mu;             // one open/close at a time
   std::shared_mutex handle_mu;      // shared: a call on zh; exclusive: replace or close zh
@@ -344,7 +345,10 @@ struct session_impl {
     auto* c = static_cast<handle_ctx*>(vctx);
     session_impl& s = *c->impl;
     std::lock_guard lk{s.mu};
-    if (c->generation != s.gen || s.closed) return;  // a replaced handle
+    // A replaced handle, or one given up: `expired` ends a generation for good. (A handle given up
+    // after a long disconnection may still reconnect, its session alive on the server, before the
+    // worker closes it: that must not bring the generation back to `connected`.)
+    if (c->generation != s.gen || s.closed || s.st == session_state::expired) return;
     if (state == ZOO_CONNECTED_STATE) {
       s.connected_once = true;
       if (const clientid_t* id = zoo_client_id(zh)) s.sid = id->client_id;
@@ -383,18 +387,21 @@ struct session_impl {
     const auto deadline = clock::now() + opts.connect_timeout;
     std::stop_source old_loss;
     {
-      std::lock_guard lk{mu};
-      if (closed) throw_error(errc::session_closed, "zklock::session");
-      old_loss = std::exchange(loss, std::stop_source{});
-      ++gen;
-      connected_once = false;
-      auth_failed = false;
-      sid = 0;
-      post(session_state::connecting);
-    }
-    {
+      // One step for callers: the new generation and its handle appear together (a call that saw
+      // the new generation with no handle yet would hand the C client a null handle).
       std::unique_lock hl{handle_mu};
-      ctx = std::make_unique<handle_ctx>(handle_ctx{this, gen});
+      {
+        std::lock_guard lk{mu};
+        if (closed) throw_error(errc::session_closed, "zklock::session");
+        old_loss = std::exchange(loss, std::stop_source{});
+        ++gen;
+        reopen_refused = false;
+        connected_once = false;
+        auth_failed = false;
+        sid = 0;
+        post(session_state::connecting);
+        ctx = std::make_unique<handle_ctx>(handle_ctx{this, gen});
+      }
       {
         std::lock_guard lk{g_log_mu};
         apply_client_log_level();
@@ -405,6 +412,11 @@ struct session_impl {
       if (!zh) {
         const int e = errno;
         ctx.reset();
+        {
+          std::lock_guard lk{mu};
+          post(first ? session_state::closed : session_state::expired);
+        }
+        old_loss.request_stop();
         throw std::system_error(e ? e : EINVAL, std::generic_category(),
                                 "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
       }
@@ -562,7 +574,18 @@ struct session_impl {
         lk.unlock();
         try {
           open_handle();
-        } catch (...) {  // still expired: try again (each attempt waits connect_timeout)
+        } catch (const std::system_error& e) {
+          // Still expired. Refused credentials or a missing chroot stay so: give up (reestablish()
+          // may try again); anything else (no server yet) is tried again, each attempt waiting
+          // connect_timeout.
+          const bool for_good = e.code() == make_error_code(errc::auth_failed) ||
+                                e.code() == make_error_code(errc::no_auth) ||
+                                e.code() == make_error_code(errc::chroot_missing);
+          std::lock_guard l2{mu};
+          reopen_refused = for_good;
+          reopen_due = opts.reestablish_after_expiry && !closed && !for_good;
+          cv.notify_all();
+        } catch (...) {  // allocation failure: try again
           std::lock_guard l2{mu};
           reopen_due = opts.reestablish_after_expiry && !closed;
         }
@@ -1551,6 +1574,24 @@ void run_on_session_thread(session& sess, std::stop_source stop) noexcept {
     return;
   }
   s.cv.notify_all();
+}
+
+bool await_next_session(session& sess, std::uint64_t generation, clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  std::unique_lock lk{s.mu};
+  const auto settled = [&] {
+    return s.closed || (s.gen > generation && s.st == session_state::connected) ||
+           !s.opts.reestablish_after_expiry || (s.reopen_refused && s.st == session_state::expired);
+  };
+  if (deadline == clock::time_point::max())
+    s.cv.wait(lk, settled);
+  else if (!s.cv.wait_until(lk, deadline, settled))
+    return false;
+  if (s.closed) throw_error(errc::session_closed, "zklock");
+  if (s.gen > generation && s.st == session_state::connected) return true;
+  if (!s.opts.reestablish_after_expiry)
+    throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
+  throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
 }
 
 std::stop_token loss_token(const session& sess, std::uint64_t generation) {

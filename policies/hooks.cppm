@@ -30,6 +30,8 @@ struct acquire_stats {
   std::size_t wakeups = 0;                    ///< watch firings that made us re-evaluate
   std::size_t requests = 0;                   ///< ZooKeeper requests the attempt sent
   bool acquired = false;                      ///< false: timed out (nothing left behind)
+  std::size_t requeues = 0;                   ///< times it queued again because its session ended
+                                              ///< while it waited (an election, a member pause, ...)
 };
 
 /// One final release of a hold.

@@ -22,6 +22,8 @@ Control port: send one command per line, each is answered by one line "ok <state
              length-prefixed frames of the client-to-server stream after its connect request.
   paths OP   the paths of those held requests of op code OP (e.g. 15 = create2), in arrival
              order: answered "ok PATH PATH ..." ("ok" alone when there are none).
+  waiting    how many new connections are held unconnected right now (blackhole, holdnew):
+             answered "ok N".
 States: normal, cut, blackhole, holdnew.  An unknown command gets "error unknown command <cmd>".
 
 Exits on SIGTERM/SIGINT, or when process --owner PID is gone.
@@ -48,6 +50,7 @@ class Proxy:
         self.tasks = set()       # one handler task per client connection
         self.writers = {}        # task -> list of StreamWriters to abort on cut
         self.held = {}           # op code -> paths (or None) of client requests held while blackholed
+        self.waiting = 0         # new connections held unconnected (blackhole, holdnew)
 
     # -- control ---------------------------------------------------------------------------
     def set_state(self, state):
@@ -80,7 +83,12 @@ class Proxy:
         self.tasks.add(task)
         self.writers[task] = [cwriter]
         try:
-            await self.admitting.wait()   # blackhole, holdnew: hold new connections unconnected
+            if not self.admitting.is_set():   # blackhole, holdnew: hold new connections unconnected
+                self.waiting += 1
+                try:
+                    await self.admitting.wait()
+                finally:
+                    self.waiting -= 1
             try:
                 sreader, swriter = await asyncio.wait_for(
                     asyncio.open_connection(self.target_host, self.target_port), 10)
@@ -164,6 +172,8 @@ class Proxy:
                     reply = "ok %s\n" % self.state
                 elif cmd == "status":
                     reply = "ok %s\n" % self.state
+                elif cmd == "waiting":
+                    reply = "ok %d\n" % self.waiting
                 elif cmd.startswith("held ") and cmd[5:].strip().lstrip("-").isdigit():
                     reply = "ok %d\n" % len(self.held.get(int(cmd[5:]), []))
                 elif cmd.startswith("paths ") and cmd[6:].strip().lstrip("-").isdigit():

@@ -1049,6 +1049,53 @@ TEST(FaultInjection, CreateWhoseReplyIsLostIsAdoptedExactlyOnce) {
   EXPECT_TRUE(zkt::children(path).empty()) << "unlock left a node behind";
 }
 
+// 3c. An acquire that spans the give-up of its session. The client is disconnected (the proxy cuts,
+// then holds new connections), and lock() sends its create and listing into the held reconnection.
+// The session stays suspended past its loss tolerance, so zklock gives it up; only then does the
+// proxy let the held connection through. The old handle takes its session back (the server never
+// expired it), and the create and the listing are answered, on the session given up: a node of
+// that session must be nobody's grant. lock() queues again on the next session and returns a hold
+// of the live session, its node owned by it and its loss signal quiet.
+TEST(FaultInjection, AnAcquireSpanningAGiveUpIsGrantedOnTheLiveSessionOnly) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-span-give-up");
+  zkt::create_path(path);
+  const auto timeout = scaled(6000ms);
+  auto o = opts(proxy.connect(), timeout);
+  // Given up after the client reconnects into the held connection (it waits up to a second or so
+  // before it tries), long before that reconnection would time out (2/3 of the timeout).
+  o.loss_tolerance = scaled(1500ms);
+  zklock::session s{o};
+  const auto first_id = s.id();
+  bounded_mutex m{s, path};
+  ASSERT_EQ(proxy.command("cut"), "ok cut");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(10s)));
+  ASSERT_EQ(proxy.command("holdnew"), "ok holdnew");
+  const auto until = steady_clock::now() + scaled(10s);
+  while (proxy.command("waiting") == "ok 0" && steady_clock::now() < until)
+    std::this_thread::sleep_for(2ms);  // polling the proxy for the client's next connection
+  ASSERT_NE(proxy.command("waiting"), "ok 0") << "the client did not try to reconnect";
+  auto locker = lock_async(m);  // its create and listing wait for the held connection
+  ASSERT_TRUE(s.wait_for(zklock::session_state::expired, scaled(10s))) << "the session was not given up";
+  EXPECT_EQ(locker.wait_for(0s), std::future_status::timeout) << "lock() returned before the heal";
+  ASSERT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_EQ(locker.wait_for(scaled(30s)), std::future_status::ready) << "lock() did not return after the heal";
+  const grant g = locker.get();
+  ASSERT_TRUE(g.held) << g.error;
+  EXPECT_FALSE(m.lost_token().stop_requested()) << "lock() returned a hold already lost with the given-up session";
+  EXPECT_NE(s.id(), first_id) << "the old session should have been replaced";
+  const auto kids = zkt::children(path);
+  std::int64_t owner = -1;
+  for (const auto& k : kids)
+    if (const auto st = zkt::stat_node(path + "/" + k); st.exists && st.czxid == m.fencing_token()) owner = st.ephemeral_owner;
+  EXPECT_EQ(owner, s.id()) << "the granted node is not the live session's (0x" << std::hex << first_id
+                           << " was given up)";
+  m.unlock();
+  s.flush();
+  EXPECT_TRUE(zkt::children(path).empty()) << "a node was left behind";
+}
+
 // 3b. Protected creation adopts a node only if our session owns it. lock()'s create is held back
 // by the proxy, so its outcome will be unknown; meanwhile another session creates a node with the
 // very name prefix (the attempt's unique id) read off the held request: a forgery, since a real
