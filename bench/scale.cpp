@@ -261,9 +261,9 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
     if (clock_type::now() - fill_start > 120s) throw std::runtime_error("the queue never filled");
     std::this_thread::sleep_for(20ms);  // polling the server while threads start
   }
-  // ... and every waiter waits: its watch is armed (predecessor: a data watch on the one ahead each,
-  // and the second in line one on its own node too, which shares the server watch of the one
-  // behind it if both wait in one session; children: one children watch per session).
+  // ... and every waiter waits: its watches are armed (predecessor: a data watch on its own node,
+  // sent first, then on the two ahead of it, which may share server watches with other waiters of
+  // its session; children: one children watch per session).
   // Until then the drain would compete with waiters still reading their first listing.
   const long long armed = Watch::kind == zklock::watch_kind::predecessor ? waiters : cfg.sessions;
   for (long long seen; (seen = mntr("zk_watch_count")) < armed;) {
