@@ -617,6 +617,7 @@ void scen_contended(int T, raw_zk& raw) {
   std::atomic<int> holders{0}, max_holders{0}, violations{0}, stalls{0};
   std::vector<long long> counts(static_cast<std::size_t>(T));
   std::vector<std::vector<std::int64_t>> waits(static_cast<std::size_t>(T));
+  const auto m0 = mntr();  // (the warm-up's T acquisitions are counted too: a rounding error)
   const auto r = run_timed(
       T, cfg.dur,
       [&](int i) {
@@ -646,6 +647,7 @@ void scen_contended(int T, raw_zk& raw) {
     all.insert(all.end(), waits[i].begin(), waits[i].end());
   }
   std::sort(all.begin(), all.end());
+  const auto m1 = mntr();
   ms.clear();
   flush_all(ss);
   json(strategy<W>::lib, "c_contended_T" + std::to_string(T))
@@ -663,6 +665,7 @@ void scen_contended(int T, raw_zk& raw) {
       .boolean("errors", r.errors)
       .num("cpu_us_per_acq", total ? r.cpu_s * 1e6 / static_cast<double>(total) : kNaN)
       .num("cpu_util", r.cpu_s / r.elapsed_s, 2)
+      .num("server_requests_per_handoff", total ? delta(m0, m1, "zk_packets_received") / static_cast<double>(total) : kNaN, 2)
       .integer("leftover_nodes", raw.count(path))
       .emit();
 }
@@ -891,6 +894,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
   std::atomic<int> cur{0}, max_cur{0}, violations{0}, stalls{0};
   std::atomic<long long> n{0};
   std::vector<std::vector<std::int64_t>> waits(T);
+  const auto m0 = mntr();  // (the warm-up's acquisitions are counted too: a rounding error)
   const auto r = run_timed(
       T, cfg.dur,
       [&](int i) {
@@ -916,6 +920,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
       });
   std::vector<std::int64_t> all;
   for (auto& w : waits) all.insert(all.end(), w.begin(), w.end());
+  const auto m1 = mntr();
   sems.clear();
   flush_all(ss);
   json(strategy<W>::lib, "e_semaphore_hold" + std::to_string(hold_ms))
@@ -931,6 +936,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
       .integer("stalls", stalls)
       .boolean("errors", r.errors)
       .num("cpu_us_per_acq", n ? r.cpu_s * 1e6 / static_cast<double>(n) : kNaN)
+      .num("server_requests_per_lease", n ? delta(m0, m1, "zk_packets_received") / static_cast<double>(n) : kNaN, 2)
       .integer("leftover_nodes", raw.ephemerals(path))
       .emit();
 }
