@@ -554,6 +554,44 @@ TEST(ChaosChecker, UndeservedRejectionsForgedTokensLeftoversAndGarbageFail) {
   EXPECT_TRUE(chaos::check(clean_events(), {"BAD W x"}, {}).has("malformed"));
 }
 
+TEST(ChaosChecker, ReadersShareAWriterHoldsAlone) {
+  const chaos::sharing rw{1, {1, 2}};  // 1 and 2 read, 3 and 4 write
+  // Readers overlap each other; the writers come one at a time, between them; the readers'
+  // tokens need not follow the grant order.
+  const std::vector<std::string> e{ev("GRANT", 1, 9, 0),     ev("GRANT", 2, 8, 1),     ev("RELEASE", 1, 9, 10),
+                                   ev("RELEASE", 2, 8, 11),  ev("GRANT", 3, 20, 12),   ev("RELEASE", 3, 20, 20),
+                                   ev("GRANT", 4, 21, 21),   ev("RELEASE", 4, 21, 30), ev("GRANT", 1, 5, 31),
+                                   ev("RELEASE", 1, 5, 40)};
+  const auto r = chaos::check(e, {}, {}, rw);
+  EXPECT_TRUE(r.ok()) << r.text();
+  // A writer granted while a reader holds, a reader granted while a writer holds.
+  auto w = e;
+  w[4] = ev("GRANT", 3, 20, 5);
+  EXPECT_TRUE(chaos::check(w, {}, {}, rw).has("a writer")) << chaos::check(w, {}, {}, rw).text();
+  auto rd = e;
+  rd[8] = ev("GRANT", 1, 5, 25);
+  EXPECT_TRUE(chaos::check(rd, {}, {}, rw).has("a reader under a writer"));
+  // The writers' tokens must still increase.
+  auto tok = e;
+  tok[6] = ev("GRANT", 4, 19, 21);
+  tok[7] = ev("RELEASE", 4, 19, 30);
+  EXPECT_TRUE(chaos::check(tok, {}, {}, rw).has("tokens"));
+}
+
+TEST(ChaosChecker, ASemaphoreHoldsNoMoreThanItsLeases) {
+  const chaos::sharing two{2, {}};
+  const std::vector<std::string> e{ev("GRANT", 1, 3, 0), ev("GRANT", 2, 2, 1), ev("RELEASE", 1, 3, 10),
+                                   ev("GRANT", 3, 1, 11), ev("RELEASE", 2, 2, 20), ev("RELEASE", 3, 1, 21)};
+  EXPECT_TRUE(chaos::check(e, {}, {}, two).ok()) << chaos::check(e, {}, {}, two).text();
+  auto three = e;
+  three[3] = ev("GRANT", 3, 1, 5);  // while 1 and 2 hold both leases
+  const auto r = chaos::check(three, {}, {}, two);
+  EXPECT_TRUE(r.has("holds of 2 leases were live")) << r.text();
+  EXPECT_EQ(r.overlaps, 1u);
+  // The same log as a mutex overlaps.
+  EXPECT_TRUE(chaos::check(e, {}, {}).has("overlap"));
+}
+
 // ---- the real thing ---------------------------------------------------------------------------
 
 // About 30 s: four processes contend on one zklock::mutex while the holder is paused (shorter or
