@@ -410,6 +410,13 @@ int private_server::kill_leader() { return std::stoi(tool("kill-leader \"$D\""))
 int private_server::leader() { return std::stoi(tool("leader \"$D\"")); }
 int private_server::port(int node) const { return std::stoi(tool("port \"$D\" " + std::to_string(node))); }
 
+long long private_server::connections(int node) const {
+  std::istringstream in{four_letter(port(node), "srvr")};
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("Connections: ")) return std::stoll(line.substr(13));
+  return -1;
+}
+
 bool remove(const std::string& path) { return zoo_delete(observer(), path.c_str(), -1) == ZOK; }
 
 }  // namespace zkt

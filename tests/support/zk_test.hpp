@@ -122,6 +122,8 @@ class private_server {
   int kill_leader();          ///< Returns: the index of the killed leader
   int leader();               ///< Returns: the index of the leader (waits for one; standalone: 1)
   int port(int node) const;   ///< Returns: the client port of member `node` (1-based)
+  /// Returns: the client connections member `node` serves ("srvr"), or -1 if it does not answer.
+  long long connections(int node) const;
  private:
   std::string tool(const std::string& args) const;
   std::string dir_, connect_, saved_;
