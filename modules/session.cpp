@@ -303,9 +303,10 @@ struct session_impl {
   bool in_listener() const noexcept { return dispatcher.load() == std::this_thread::get_id(); }
 
   /// Effects: calls every listener with `s`, in the order they were added; a listener removed by
-  /// an earlier one is not called, nor is any once the session is closed (unless `s` is closed).
+  /// an earlier one is not called, nor is any once the session is closed (unless `s` is closed, or
+  /// `before_close`: a change that happened before close() and is delivered by it).
   /// Exceptions of listeners are swallowed.
-  void notify_listeners(session_state s) noexcept {
+  void notify_listeners(session_state s, bool before_close = false) noexcept {
     std::unique_lock<std::mutex> ll;
     const bool nested = in_listener();  // close() from inside a listener
     if (!nested) {
@@ -316,7 +317,7 @@ struct session_impl {
       const auto snapshot = listeners;  // a listener may add or remove listeners
       for (auto& [id, l] : snapshot) {
         if (!listeners.contains(id)) continue;
-        if (s != session_state::closed) {
+        if (s != session_state::closed && !before_close) {
           std::lock_guard lk{mu};
           if (closed) break;  // e.g. a listener closed the session: "closed" was the last word
         }
@@ -870,6 +871,17 @@ struct session_impl {
                   [&] { return inflight == 0 || st != session_state::connected; });
     }
     close_handle();
+    // Changes posted before close() that the worker had not delivered when it stopped (e.g. an
+    // `expired` queued behind a slow listener): listeners hear them, in order, before `closed`.
+    // Nothing is posted any more (the watcher ignores a closed session), so the queue is final.
+    // From a listener (on the worker), the changes after the one being delivered stay undelivered:
+    // the listeners after the closing one do not hear that one either.
+    std::deque<session_state> undelivered;
+    if (worker.get_id() != std::this_thread::get_id()) {
+      std::lock_guard lk{mu};
+      undelivered.swap(events);
+    }
+    for (const session_state s : undelivered) notify_listeners(s, true);
     notify_listeners(session_state::closed);
     std::lock_guard lk{mu};
     st = session_state::closed;

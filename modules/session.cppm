@@ -138,8 +138,9 @@ class session {
 
   /// Effects: closes the handle (if connected, the server deletes the session's nodes at once; else
   /// they go when the session times out). Blocked lock calls wake and throw errc::session_closed,
-  /// as do later operations; lost_token()s fire; listeners get `closed` on this thread.
-  /// Idempotent; never throws.
+  /// as do later operations; lost_token()s fire; listeners get `closed` on this thread, after any
+  /// earlier change not delivered yet (unless close() is called from a listener). Idempotent;
+  /// never throws.
   void close() noexcept;
 
   /// Returns: the options this session was opened with.

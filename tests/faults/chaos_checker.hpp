@@ -35,6 +35,11 @@
 //                to the writer;
 //   4. leftovers: the lock node has no children at the end;
 //   and every line parses.
+//
+// A lock that several may hold at once (a read/write lock, a semaphore) is checked with a
+// `sharing` rule instead of exclusion: check 2 becomes "no writer's live hold overlaps another
+// process's live hold, and no more than `leases` live holds at once", and check 1 applies to the
+// writers' tokens only (a reader's or a lease's token need not follow the grant order).
 #pragma once
 #include <algorithm>
 #include <charconv>
@@ -179,11 +184,19 @@ struct report {
   }
 };
 
+/// Who may hold the lock at once: by default one process (a mutex). A read/write lock names its
+/// reader processes (they share; a writer is alone); a semaphore has `leases` > 1 (no readers).
+struct sharing {
+  std::size_t leases = 1;
+  std::set<int> readers;
+  bool exclusive() const noexcept { return leases == 1 && readers.empty(); }
+};
+
 /// Effects: checks one run. `events`: the contenders' and the injector's lines, in any order;
-/// `store`: the store's lines in decision order; `leftovers`: the lock node's children at the end.
-/// Returns: the report (see the top of this file for what is checked).
+/// `store`: the store's lines in decision order; `leftovers`: the lock node's children at the end;
+/// `rule`: who may hold at once. Returns: the report (see the top of this file for what is checked).
 inline report check(const std::vector<std::string>& events, const std::vector<std::string>& store,
-                    const std::vector<std::string>& leftovers) {
+                    const std::vector<std::string>& leftovers, const sharing& rule = {}) {
   constexpr std::size_t max_listed = 20;  // per kind of violation; the rest are counted
   report r;
   std::map<std::string, std::size_t> listed;
@@ -283,19 +296,48 @@ inline report check(const std::vector<std::string>& events, const std::vector<st
            (h.ended == std::numeric_limits<std::int64_t>::max() ? std::string{} : " " + at(h.ended)) + ")";
   };
 
-  // 1. Fencing tokens of successive grants strictly increase.
-  for (std::size_t i = 1; i < live.size(); ++i)
-    if (live[i]->token <= live[i - 1]->token)
-      violation("tokens", "tokens: " + show(*live[i]) + " was granted after " + show(*live[i - 1]) +
-                              " with a token that is not larger");
+  // 1. Fencing tokens of successive grants strictly increase (of a semaphore: no order; of a
+  //    read/write lock: the writers').
+  if (rule.leases == 1) {
+    std::vector<const hold*> writers;
+    for (const hold* h : live)
+      if (!rule.readers.contains(h->who)) writers.push_back(h);
+    for (std::size_t i = 1; i < writers.size(); ++i)
+      if (writers[i]->token <= writers[i - 1]->token)
+        violation("tokens", "tokens: " + show(*writers[i]) + " was granted after " + show(*writers[i - 1]) +
+                                " with a token that is not larger");
+  }
 
-  // 2. No two live holds of different processes overlap.
-  for (std::size_t i = 0; i < live.size(); ++i)
-    for (std::size_t j = i + 1; j < live.size() && live[j]->granted < live[i]->ended; ++j) {
-      if (live[j]->who == live[i]->who) continue;
-      ++r.overlaps;
-      violation("overlap", "overlap: " + show(*live[j]) + " while " + show(*live[i]) + " still held it");
+  // 2. No two live holds of different processes overlap (exclusive), or: no live hold overlaps a
+  //    writer's, and at no grant are more than `leases` live holds.
+  if (rule.exclusive()) {
+    for (std::size_t i = 0; i < live.size(); ++i)
+      for (std::size_t j = i + 1; j < live.size() && live[j]->granted < live[i]->ended; ++j) {
+        if (live[j]->who == live[i]->who) continue;
+        ++r.overlaps;
+        violation("overlap", "overlap: " + show(*live[j]) + " while " + show(*live[i]) + " still held it");
+      }
+  } else {
+    for (std::size_t j = 0; j < live.size(); ++j) {
+      const hold& h = *live[j];
+      std::vector<const hold*> others;  // live holds of other processes when h was granted
+      for (std::size_t i = 0; i < j; ++i)
+        if (live[i]->who != h.who && live[i]->ended > h.granted) others.push_back(live[i]);
+      const bool reader = rule.readers.contains(h.who);
+      for (const hold* o : others)
+        if (!rule.readers.empty() && (!reader || !rule.readers.contains(o->who))) {
+          ++r.overlaps;
+          violation("overlap", "overlap: " + show(h) + " while " + show(*o) + " still held it (" +
+                                   (reader ? "a reader under a writer" : "a writer") + ")");
+        }
+      if (rule.readers.empty() && others.size() >= rule.leases) {
+        ++r.overlaps;
+        violation("overlap", "overlap: " + show(h) + " was granted while " + std::to_string(others.size()) +
+                                 " holds of " + std::to_string(rule.leases) + " leases were live, the first " +
+                                 show(*others.front()));
+      }
     }
+  }
 
   // 3. The fenced store: no accepted write goes backwards, rejections are deserved, writes come
   //    from grants.

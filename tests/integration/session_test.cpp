@@ -458,6 +458,51 @@ TEST(SessionListeners, AListenerMayCloseTheSession) {
   });
 }
 
+// close() while the session's thread is still busy with an earlier change (a slow listener): the
+// changes queued behind it, here the expiry, reach the listeners before `closed` (they were
+// dropped: a listener counting expiries missed this one).
+TEST(SessionListeners, ChangesQueuedWhenCloseIsCalledAreDeliveredBeforeClosed) {
+  run_bounded("ChangesQueuedWhenCloseIsCalledAreDeliveredBeforeClosed", [] {
+    state_log log;
+    zklock::session s{zkt::options()};
+    s.add_state_listener(log.listener());
+    std::mutex mu;
+    std::condition_variable cv;
+    bool go = false;
+    s.add_state_listener([&](session_state st) {  // holds the session's thread on the first suspension
+      if (st != session_state::suspended) return;
+      std::unique_lock lk{mu};
+      cv.wait(lk, [&] { return go; });
+    });
+    // Expired from outside (no helper that adds or removes listeners: that would wait for ours).
+    ASSERT_TRUE(zkt::expire_session(s.id(), zklock::detail::session_password(s)));
+    ASSERT_TRUE(s.wait_for(session_state::expired, patience)) << describe(log.states());
+    std::thread closer{[&] { s.close(); }};
+    // Once close() has begun (operations fail with session_closed), let the session's thread go.
+    bool closing = false;
+    for (const auto until = steady::now() + patience; !closing && steady::now() < until;) {
+      try {
+        s.flush();
+      } catch (const std::system_error& e) {
+        closing = e.code() == zklock::make_error_code(zklock::errc::session_closed);
+      }
+      if (!closing) std::this_thread::sleep_for(1ms);  // polling
+    }
+    {
+      std::lock_guard lk{mu};
+      go = true;
+    }
+    cv.notify_all();
+    closer.join();
+    ASSERT_TRUE(closing) << "close() never began";
+    const auto seen = log.states();
+    EXPECT_TRUE(in_order(seen, {session_state::suspended, session_state::expired, session_state::closed}))
+        << describe(seen);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), session_state::closed) << describe(seen);
+  });
+}
+
 // ---- bad input -------------------------------------------------------------------------------------------------
 
 TEST(SessionBadInput, MalformedInputIsRejectedAtOnce) {

@@ -214,7 +214,10 @@ std::string four_letter(std::string_view word) {
   const std::string c = connect();
   const auto first = c.substr(0, c.find(','));
   const auto colon = first.rfind(':');
-  const int port = std::stoi(first.substr(colon + 1));
+  return four_letter(std::stoi(first.substr(colon + 1)), word);
+}
+
+std::string four_letter(int port, std::string_view word) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -404,6 +407,15 @@ void private_server::resume(int node) { tool("resume \"$D\" " + std::to_string(n
 void private_server::kill(int node) { tool("kill \"$D\" " + std::to_string(node)); }
 void private_server::restart(int node) { tool("restart \"$D\" " + std::to_string(node)); }
 int private_server::kill_leader() { return std::stoi(tool("kill-leader \"$D\"")); }
+int private_server::leader() { return std::stoi(tool("leader \"$D\"")); }
+int private_server::port(int node) const { return std::stoi(tool("port \"$D\" " + std::to_string(node))); }
+
+long long private_server::connections(int node) const {
+  std::istringstream in{four_letter(port(node), "srvr")};
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("Connections: ")) return std::stoll(line.substr(13));
+  return -1;
+}
 
 bool remove(const std::string& path) { return zoo_delete(observer(), path.c_str(), -1) == ZOK; }
 

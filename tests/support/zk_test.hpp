@@ -35,8 +35,11 @@ void create_path(const std::string& path);
 /// Returns: whether it worked within `limit`.
 bool expire(zklock::session& s, std::chrono::milliseconds limit = std::chrono::seconds{30});
 
-/// Returns: the answer of a four-letter word, e.g. "wchp".
+/// Returns: the answer of a four-letter word, e.g. "wchp", from the first server of connect().
 std::string four_letter(std::string_view word);
+
+/// Returns: the answer of a four-letter word from the server on 127.0.0.1:`port` ("" if none).
+std::string four_letter(int port, std::string_view word);
 
 /// Returns: ZKLOCK_FAULT_SCALE (default 1.0; a number in 0.25..100, else 1.0 with a warning): the
 /// factor for every session timeout, fault duration and bound of the fault tests (slow machines).
@@ -117,6 +120,10 @@ class private_server {
   void kill(int node = 1);    ///< SIGKILL
   void restart(int node = 1);
   int kill_leader();          ///< Returns: the index of the killed leader
+  int leader();               ///< Returns: the index of the leader (waits for one; standalone: 1)
+  int port(int node) const;   ///< Returns: the client port of member `node` (1-based)
+  /// Returns: the client connections member `node` serves ("srvr"), or -1 if it does not answer.
+  long long connections(int node) const;
  private:
   std::string tool(const std::string& args) const;
   std::string dir_, connect_, saved_;
