@@ -422,6 +422,9 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   so.connect = *o.connect;
   so.session_timeout = o.session_timeout;
   so.connect_timeout = o.connect_timeout;
+  // A session that expires, or is given up after a long disconnection, is replaced by a new one:
+  // a waiting exec queues again on it, wait and ls look again (docs/cli.md, "Faults").
+  so.reestablish_after_expiry = true;
   if (g_verbose) zklock::set_log_handler([](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
@@ -560,15 +563,38 @@ std::string span(long long ms_count) {
   return buf;
 }
 
+/// Effects: runs `f`, and again on the next session each time the session ends under it (expired,
+/// or given up after a long disconnection), as a waiting acquire queues again; a new session must
+/// come before `deadline`. Returns: what `f` returns.
+/// Throws: what `f` throws; session_expired if no next session is connected before `deadline`.
+template <class F>
+auto on_live_session(zklock::session& s, steady::time_point deadline, F f) {
+  for (;;) {
+    const std::uint64_t generation = s.generation();
+    try {
+      return f();
+    } catch (const std::system_error& e) {
+      if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+      if (g_verbose) say("%s", "session expired: waiting for the next one");
+      if (!zklock::detail::await_next_session(s, generation, deadline)) throw;
+      if (g_verbose) say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
+    }
+  }
+}
+
 int cmd_ls(const options& o) {
   auto s = open_session(o);
-  const auto rows = zklock::contenders(*s, o.path);  // the library's own view of the queue
+  // The library's own view of the queue; a session that ends under the listing is replaced, if
+  // one can be had within --connect-timeout.
+  const auto rows = on_live_session(*s, steady::now() + o.connect_timeout, [&] { return zklock::contenders(*s, o.path); });
   auto since_ms = [](const zklock::contender_info& c) -> std::optional<long long> {
     if (!c.who.since) return std::nullopt;
     return std::chrono::duration_cast<std::chrono::milliseconds>(c.who.since->time_since_epoch()).count();
   };
   // What the holders' acquires cost, as `zklock exec` holders recorded it (others record nothing).
-  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{} : acquire_records(*s, o.path);
+  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{}
+                                    : on_live_session(*s, steady::now() + o.connect_timeout,
+                                                      [&] { return acquire_records(*s, o.path); });
   auto record = [&](const zklock::contender_info& c) -> const acquire_record* {
     if (c.state != zklock::contender_state::holder) return nullptr;
     const auto it = records.find(c.token);
@@ -660,23 +686,29 @@ int cmd_wait(const options& o) {
   namespace d = zklock::detail;
   auto s = open_session(o);
   const auto deadline = o.timeout ? steady::now() + *o.timeout : steady::time_point::max();
-  for (;;) {
-    auto w = std::make_shared<child_watch>();
-    struct unwatch {  // removes the watch on every way out (a no-op once it fired)
-      zklock::session& s;
-      const std::string& path;
-      const child_watch* w;
-      ~unwatch() { d::drop_watch(s, path, true, w); }
-    } guard{*s, o.path, w.get()};
-    const auto listing = d::list_children(*s, o.path, w, deadline);
-    if (!listing) break;
-    const auto queue = d::sorted_contenders(*listing, all_kinds);
-    if (queue.empty()) {
-      if (g_verbose) say("%s is free", o.path.c_str());
-      return exit_code::ok;
+  // One look: free (true), not free by the deadline (false). The watch also fires when the session
+  // ends; the next look then throws session_expired, and on_live_session looks again on the next
+  // session (the session's end may have taken contenders along).
+  auto look = [&]() -> bool {
+    for (;;) {
+      auto w = std::make_shared<child_watch>();
+      struct unwatch {  // removes the watch on every way out (a no-op once it fired)
+        zklock::session& s;
+        const std::string& path;
+        const child_watch* w;
+        ~unwatch() { d::drop_watch(s, path, true, w); }
+      } guard{*s, o.path, w.get()};
+      const auto listing = d::list_children(*s, o.path, w, deadline);
+      if (!listing) return false;
+      const auto queue = d::sorted_contenders(*listing, all_kinds);
+      if (queue.empty()) return true;
+      if (g_verbose) say("%s has %zu contender(s): waiting", o.path.c_str(), queue.size());
+      if (!w->wait_until(deadline)) return false;
     }
-    if (g_verbose) say("%s has %zu contender(s): waiting", o.path.c_str(), queue.size());
-    if (!w->wait_until(deadline)) break;
+  };
+  if (on_live_session(*s, deadline, look)) {
+    if (g_verbose) say("%s is free", o.path.c_str());
+    return exit_code::ok;
   }
   say("timed out: %s is still taken", o.path.c_str());
   return exit_code::timeout;
@@ -1057,7 +1089,14 @@ int cmd_exec(const options& o) {
   auto s = open_session(o);
 
   // Some modes queue separate node kinds: say so when the path is in use by one this mode ignores.
-  if (const auto listing = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout)) {
+  // (A warning only: a session that ends under it is the acquire's to ride through.)
+  std::optional<std::vector<std::string>> others;
+  try {
+    others = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout);
+  } catch (const std::system_error& e) {
+    if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+  }
+  if (const auto& listing = others) {
     unsigned seen = 0;
     for (const auto& c : d::sorted_contenders(*listing, all_kinds & ~kinds_of(o.mode))) {
       if (seen & d::kind_bit(c.kind)) continue;
@@ -1131,7 +1170,12 @@ int cmd_exec(const options& o) {
     case lock_mode::permits: {
       // These holds have no fencing_token() of their own: the token is our node's czxid.
       h.lost = o.mode == lock_mode::shared ? rw->lost_token() : std::stop_token{};
-      const auto mine = own_node(*s, o.path, d::kind_bit(o.mode == lock_mode::shared ? d::read_rule::own : d::semaphore_rule::own));
+      std::optional<std::pair<std::string, zklock::detail::node_info>> mine;
+      try {
+        mine = own_node(*s, o.path, d::kind_bit(o.mode == lock_mode::shared ? d::read_rule::own : d::semaphore_rule::own));
+      } catch (const std::system_error& e) {  // the session ended with the grant: the hold is lost
+        if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+      }
       if (!mine) {
         say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
         return exit_code::lost;

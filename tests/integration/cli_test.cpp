@@ -735,6 +735,13 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
 
 // ---- exec: CMD's process group ---------------------------------------------------------------
 
+/// Returns: the session id that a --verbose zklock printed ("connected to ... (session 0x...)"), 0 if none.
+std::uint64_t session_of(const zklock_run& r) {
+  const auto err = r.err();
+  const auto at = err.find("(session 0x");
+  return at == std::string::npos ? 0 : std::stoull(err.substr(at + 11), nullptr, 16);
+}
+
 /// Returns: whether `file` exists within 30 s (false at once if `r` exited).
 bool await_file(const std::filesystem::path& file, zklock_run& r) {
   const auto limit = steady_clock::now() + 30s;
@@ -982,6 +989,96 @@ TEST(CliExecGroup, CommandGroupGetsTheTerminal) {
   EXPECT_NE(err.find("passing SIGUSR1 on to process group " + std::to_string(group)), std::string::npos) << err;
   EXPECT_TRUE(zkt::children(path).empty());
   done.pid = pid;  // reaped: the cleanup's kill and waitpid find nothing
+}
+
+// ---- exec, wait: session expiry -------------------------------------------------------------
+
+// A waiting exec whose session expires (zklock is stopped until the server has expired the session
+// and deleted its waiting node) queues again on a new session and runs CMD once the holder is done,
+// with and without --timeout.
+TEST(CliFaults, WaiterWhoseSessionExpiresQueuesAgainAndRunsCommand) {
+  for (const auto& timeout : std::vector<std::vector<std::string>>{{}, {"--timeout", "120s"}}) {
+    SCOPED_TRACE(timeout.empty() ? "no --timeout" : "--timeout");
+    const auto path = zkt::unique_path("cli-requeue");
+    holder h{path};
+    const auto held = h.held();
+    auto args = timeout;
+    for (const char* a : {"--verbose", "--session-timeout", "2s"}) args.push_back(a);
+    args.insert(args.end(), {path, "--", "sh", "-c", "echo ran token=$ZKLOCK_FENCING_TOKEN"});
+    zklock_run w{exec_args({}, args)};
+    ASSERT_TRUE(await_children(path, 2, w)) << w.err();
+    const auto sid = session_of(w);
+    ASSERT_NE(sid, 0u) << w.err();
+    std::string node;
+    for (const auto& k : contender_nodes(path))
+      if (static_cast<std::uint64_t>(zkt::stat_node(path + "/" + k).ephemeral_owner) == sid) node = path + "/" + k;
+    ASSERT_FALSE(node.empty()) << "no node of the waiter's session";
+
+    w.signal(SIGSTOP);
+    const auto limit = steady_clock::now() + 30s;
+    while (zkt::exists(node)) {
+      ASSERT_LT(steady_clock::now(), limit) << "the server did not expire the stopped waiter's session";
+      std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+    }
+    w.signal(SIGCONT);
+    ASSERT_TRUE(await_children(path, 2, w)) << "did not queue again: " << w.err();
+    EXPECT_EQ(h.release(), 0);
+    EXPECT_EQ(run(w), 0) << w.err();
+    const auto out = w.out();
+    EXPECT_TRUE(out.starts_with("ran token=")) << out;
+    EXPECT_GT(token_in(out), held);
+    EXPECT_TRUE(zkt::children(path).empty());
+  }
+}
+
+/// Returns: whether the server has closed the connection of session `sid` (it expired) within 30 s.
+bool await_session_gone(std::uint64_t sid) {
+  std::ostringstream text;
+  text << "sid=0x" << std::hex << sid << ",";
+  const auto limit = steady_clock::now() + 30s;
+  while (zkt::four_letter("cons").find(text.str()) != std::string::npos) {
+    if (steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+  }
+  return true;
+}
+
+/// Returns: whether `r`'s stderr shows `text` `n` times within 30 s (false at once if `r` exited).
+bool await_err(zklock_run& r, const std::string& text, std::size_t n = 1) {
+  const auto limit = steady_clock::now() + 30s;
+  for (;;) {
+    const auto err = r.err();
+    std::size_t seen = 0;
+    for (auto at = err.find(text); at != std::string::npos; at = err.find(text, at + 1)) ++seen;
+    if (seen >= n) return true;
+    if (r.exited() || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling a file the process writes, not a synchronisation
+  }
+}
+
+// `zklock wait` whose session expires while it waits looks again on a new session, and returns
+// once the path is free. The server (one of this test alone) is paused when the stopped wait is
+// resumed, so that zklock finds its session gone before a new one can be had, every time.
+TEST(CliFaults, WaitRidesThroughSessionExpiry) {
+  zkt::private_server zk;  // zkt::connect() names it while it lives
+  const auto path = zkt::unique_path("cli-wait-expiry");
+  holder h{path, {"--session-timeout", "30s"}};  // rides through the pause below
+  h.held();
+  zklock_run w{{"wait", "--verbose", "--session-timeout", "2s", "--connect", zkt::connect(), path}};
+  const std::string waiting = path + " has 1 contender(s): waiting";
+  ASSERT_TRUE(await_err(w, waiting)) << w.err();
+  const auto sid = session_of(w);
+  ASSERT_NE(sid, 0u) << w.err();
+  w.signal(SIGSTOP);
+  ASSERT_TRUE(await_session_gone(sid)) << "the server did not expire the stopped wait's session";
+  zk.pause();
+  w.signal(SIGCONT);  // no server: zklock gives its session up and waits for a new one
+  EXPECT_TRUE(await_err(w, "session expired: waiting for the next one")) << "wait ended on the expiry: " << w.err();
+  zk.resume();
+  EXPECT_TRUE(await_err(w, waiting, 2)) << "not waiting again: " << w.err();
+  EXPECT_NE(w.err().find("on a new session"), std::string::npos) << w.err();
+  EXPECT_EQ(h.release(), 0);
+  EXPECT_EQ(run(w), 0) << w.err();
 }
 
 // The session expires while CMD runs. The session's password never leaves the zklock process, so
