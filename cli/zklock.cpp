@@ -62,7 +62,7 @@ using steady = std::chrono::steady_clock;
 
 namespace exit_code {
 constexpr int ok = 0;
-constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, session lost while waiting
+constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, no new session in time
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
@@ -133,9 +133,10 @@ Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number me
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
   0    wait: PATH is free; ls: listed
-  69   cannot connect to ZooKeeper, or the session ended while waiting for the lock
+  69   cannot reach ZooKeeper: no session at the start, or no new one before --timeout after
+       the session ended while waiting (given a new one, exec queues again and waits on)
   70   another failure inside zklock (e.g. the server refused an operation)
-  75   the lock was lost while CMD ran (CMD was stopped), or before it could start
+  75   the lock was lost while CMD ran (CMD's group was stopped), or before it could start
   77   the server refused for lack of permission (ACL, authentication)
   124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
   125  usage error or bad input (option, duration, path, connect string, lease count)
