@@ -124,7 +124,8 @@ Common options:
                       (default: $ZOOKEEPER_HOSTS)
   --session-timeout D session timeout asked of the server (default 10s)
   --connect-timeout D give up connecting after D (default 5s)
-  --verbose           say what zklock does, and show the ZooKeeper client's log, on stderr
+  --verbose           say what zklock does, on stderr; given twice (-v -v), show the ZooKeeper
+                      client's log too
   -h, --help          show this help
   --version           show the version
 
@@ -157,6 +158,10 @@ Examples:
 // ---- messages ----------------------------------------------------------------------------------
 
 bool g_verbose = false;
+/// Whether the ZooKeeper C client's log is shown too (--verbose twice). Not with one --verbose:
+/// the C client formats a server's address into one static buffer for every handle, and zklock
+/// has two handles at once while it replaces a session, so their log lines race (and may garble).
+bool g_client_log = false;
 
 template <class... A>
 void say(const char* fmt, A... a) {
@@ -357,6 +362,7 @@ options parse_args(int argc, char** argv) {
       o.connect_timeout = parse_duration(name, value(), false);
     } else if (name == "--verbose" || name == "-v") {
       flag();
+      g_client_log = g_verbose;  // the second time
       g_verbose = true;
     } else {
       usage_error("unknown option \"" + std::string{name} + "\"");
@@ -426,7 +432,7 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   // A session that expires, or is given up after a long disconnection, is replaced by a new one:
   // a waiting exec queues again on it, wait and ls look again (docs/cli.md, "Faults").
   so.reestablish_after_expiry = true;
-  if (g_verbose) zklock::set_log_handler([](std::string_view line) {
+  if (g_client_log) zklock::set_log_handler([](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
   try {

@@ -424,6 +424,19 @@ TEST(CliExec, RunsCommandWithTokenAndPassesItsExitCode) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// --verbose says what zklock does; the ZooKeeper client's log only comes with a second -v.
+TEST(CliExec, VerboseOnceForZklockTwiceForTheClientLog) {
+  const auto path = zkt::unique_path("cli-verbose");
+  for (const auto& verbose : std::vector<std::vector<std::string>>{{"--verbose"}, {"-v", "--verbose"}}) {
+    auto args = verbose;
+    args.insert(args.end(), {path, "--", "true"});
+    zklock_run r{exec_args({}, args)};
+    EXPECT_EQ(run(r), 0) << r.err();
+    EXPECT_NE(r.err().find("zklock: connected to "), std::string::npos) << r.err();
+    EXPECT_EQ(r.err().find("ZOO_INFO@") != std::string::npos, verbose.size() == 2) << r.err();
+  }
+}
+
 TEST(CliExec, EveryModeGivesCommandAToken) {
   for (const auto& mode :
        std::vector<std::vector<std::string>>{{}, {"--shared"}, {"--write"}, {"--mutex"}, {"--permits", "2"}}) {
