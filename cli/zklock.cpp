@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock — the command-line tool: a cluster-wide flock(1) on ZooKeeper (exec), plus ls and wait.
 //
-// `zklock exec` holds a lock while CMD runs. Its main loop polls three descriptors: a pidfd (CMD
-// ended), a signalfd (signals to pass on to CMD) and a self-pipe written by a std::stop_callback on
-// the hold's lost_token() (the lock was lost: stop CMD). Signals are blocked from the start, before
-// the session's threads exist, so that every thread inherits the mask and only the signalfd sees
-// them. See docs/cli.md for the user's view (options, exit codes, environment).
+// `zklock exec` holds a lock while CMD, and anything CMD started in its process group, runs. Its
+// main loop polls two descriptors: a signalfd (SIGCHLD: reap; others: pass on to CMD's group) and a
+// self-pipe written by a std::stop_callback on the hold's lost_token() (the lock was lost: stop
+// CMD's group). Signals are blocked from the start, before the session's threads exist, so that
+// every thread inherits the mask and only the signalfd sees them. See docs/cli.md for the user's view (options, exit codes, environment).
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,7 +14,6 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,7 +62,7 @@ using steady = std::chrono::steady_clock;
 
 namespace exit_code {
 constexpr int ok = 0;
-constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, session lost while waiting
+constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, no new session in time
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
@@ -83,14 +82,17 @@ Usage:
   zklock --help | --version
 
 Commands:
-  exec   Wait for the lock PATH, run CMD while holding it, release it when CMD ends.
-         CMD's environment gets ZKLOCK_FENCING_TOKEN (the hold's fencing token, a number that
-         grows with every new holder) and ZKLOCK_PATH. HUP, INT, QUIT, TERM, USR1 and USR2 sent
-         to zklock are passed on to CMD (signals the terminal sends to the whole foreground job,
-         like Ctrl-C, reach CMD directly and are not sent twice). If the lock is lost while CMD
-         runs (session expired, or the lock node deleted by someone else), CMD gets the kill
-         signal, then SIGKILL after the grace period. A signal while waiting for the lock ends
-         the wait (zklock leaves the queue and exits with 128+signal).
+  exec   Wait for the lock PATH, run CMD while holding it, release it once CMD has ended and
+         no process is left in CMD's process group: CMD runs in a group of its own, and what it
+         starts in the background keeps the lock until it ends too (zklock adopts and reaps the
+         orphans). CMD's environment gets ZKLOCK_FENCING_TOKEN (the hold's fencing token, a
+         number that grows with every new holder) and ZKLOCK_PATH. HUP, INT, QUIT, TERM, USR1
+         and USR2 sent to zklock are passed on to CMD's group, once. Run in the foreground of a
+         terminal, zklock gives the terminal to CMD's group, so that CMD reads it and Ctrl-C
+         reaches the group directly (not through zklock as well). If the lock is lost while CMD
+         runs (session expired, or the lock node deleted by someone else), CMD's group gets the
+         kill signal, then SIGKILL after the grace period. A signal while waiting for the lock
+         ends the wait (zklock leaves the queue and exits with 128+signal).
   ls     List the contenders of PATH in queue order: position, state (holder or waiter), kind,
          fencing token, host, pid and start time of each (zklock stores host, pid and time in
          its nodes; for Curator's nodes the host is the IP address they store), and for holders
@@ -110,9 +112,9 @@ Lock modes for exec (at most one; default: --write):
                       path must give the same N)
 Other options for exec:
   --timeout D         wait at most D for the lock (0: try once; default: wait forever)
-  --kill-signal SIG   signal that stops CMD when the lock is lost, and that CMD gets if zklock
-                      itself dies (default TERM; a name like TERM, SIGINT, or a number)
-  --grace D           time CMD has to end after the kill signal before SIGKILL (default 5s)
+  --kill-signal SIG   signal that stops CMD's group when the lock is lost, and that CMD gets if
+                      zklock itself dies (default TERM; a name like TERM, SIGINT, or a number)
+  --grace D           time CMD's group has to end after the kill signal before SIGKILL (default 5s)
 Options for ls:
   --json              one JSON object per contender and line
 Options for wait:
@@ -122,7 +124,8 @@ Common options:
                       (default: $ZOOKEEPER_HOSTS)
   --session-timeout D session timeout asked of the server (default 10s)
   --connect-timeout D give up connecting after D (default 5s)
-  --verbose           say what zklock does, and show the ZooKeeper client's log, on stderr
+  --verbose           say what zklock does, on stderr; given twice (-v -v), show the ZooKeeper
+                      client's log too
   -h, --help          show this help
   --version           show the version
 
@@ -131,9 +134,10 @@ Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number me
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
   0    wait: PATH is free; ls: listed
-  69   cannot connect to ZooKeeper, or the session ended while waiting for the lock
+  69   cannot reach ZooKeeper: no session at the start, or no new one before --timeout after
+       the session ended while waiting (given a new one, exec queues again and waits on)
   70   another failure inside zklock (e.g. the server refused an operation)
-  75   the lock was lost while CMD ran (CMD was stopped), or before it could start
+  75   the lock was lost while CMD ran (CMD's group was stopped), or before it could start
   77   the server refused for lack of permission (ACL, authentication)
   124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
   125  usage error or bad input (option, duration, path, connect string, lease count)
@@ -154,6 +158,10 @@ Examples:
 // ---- messages ----------------------------------------------------------------------------------
 
 bool g_verbose = false;
+/// Whether the ZooKeeper C client's log is shown too (--verbose twice). Not with one --verbose:
+/// the C client formats a server's address into one static buffer for every handle, and zklock
+/// has two handles at once while it replaces a session, so their log lines race (and may garble).
+bool g_client_log = false;
 
 template <class... A>
 void say(const char* fmt, A... a) {
@@ -354,6 +362,7 @@ options parse_args(int argc, char** argv) {
       o.connect_timeout = parse_duration(name, value(), false);
     } else if (name == "--verbose" || name == "-v") {
       flag();
+      g_client_log = g_verbose;  // the second time
       g_verbose = true;
     } else {
       usage_error("unknown option \"" + std::string{name} + "\"");
@@ -420,7 +429,10 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   so.connect = *o.connect;
   so.session_timeout = o.session_timeout;
   so.connect_timeout = o.connect_timeout;
-  if (g_verbose) zklock::set_log_handler([](std::string_view line) {
+  // A session that expires, or is given up after a long disconnection, is replaced by a new one:
+  // a waiting exec queues again on it, wait and ls look again (docs/cli.md, "Faults").
+  so.reestablish_after_expiry = true;
+  if (g_client_log) zklock::set_log_handler([](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   });
   try {
@@ -558,15 +570,38 @@ std::string span(long long ms_count) {
   return buf;
 }
 
+/// Effects: runs `f`, and again on the next session each time the session ends under it (expired,
+/// or given up after a long disconnection), as a waiting acquire queues again; a new session must
+/// come before `deadline`. Returns: what `f` returns.
+/// Throws: what `f` throws; session_expired if no next session is connected before `deadline`.
+template <class F>
+auto on_live_session(zklock::session& s, steady::time_point deadline, F f) {
+  for (;;) {
+    const std::uint64_t generation = s.generation();
+    try {
+      return f();
+    } catch (const std::system_error& e) {
+      if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+      if (g_verbose) say("%s", "session expired: waiting for the next one");
+      if (!zklock::detail::await_next_session(s, generation, deadline)) throw;
+      if (g_verbose) say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
+    }
+  }
+}
+
 int cmd_ls(const options& o) {
   auto s = open_session(o);
-  const auto rows = zklock::contenders(*s, o.path);  // the library's own view of the queue
+  // The library's own view of the queue; a session that ends under the listing is replaced, if
+  // one can be had within --connect-timeout.
+  const auto rows = on_live_session(*s, steady::now() + o.connect_timeout, [&] { return zklock::contenders(*s, o.path); });
   auto since_ms = [](const zklock::contender_info& c) -> std::optional<long long> {
     if (!c.who.since) return std::nullopt;
     return std::chrono::duration_cast<std::chrono::milliseconds>(c.who.since->time_since_epoch()).count();
   };
   // What the holders' acquires cost, as `zklock exec` holders recorded it (others record nothing).
-  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{} : acquire_records(*s, o.path);
+  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{}
+                                    : on_live_session(*s, steady::now() + o.connect_timeout,
+                                                      [&] { return acquire_records(*s, o.path); });
   auto record = [&](const zklock::contender_info& c) -> const acquire_record* {
     if (c.state != zklock::contender_state::holder) return nullptr;
     const auto it = records.find(c.token);
@@ -658,23 +693,29 @@ int cmd_wait(const options& o) {
   namespace d = zklock::detail;
   auto s = open_session(o);
   const auto deadline = o.timeout ? steady::now() + *o.timeout : steady::time_point::max();
-  for (;;) {
-    auto w = std::make_shared<child_watch>();
-    struct unwatch {  // removes the watch on every way out (a no-op once it fired)
-      zklock::session& s;
-      const std::string& path;
-      const child_watch* w;
-      ~unwatch() { d::drop_watch(s, path, true, w); }
-    } guard{*s, o.path, w.get()};
-    const auto listing = d::list_children(*s, o.path, w, deadline);
-    if (!listing) break;
-    const auto queue = d::sorted_contenders(*listing, all_kinds);
-    if (queue.empty()) {
-      if (g_verbose) say("%s is free", o.path.c_str());
-      return exit_code::ok;
+  // One look: free (true), not free by the deadline (false). The watch also fires when the session
+  // ends; the next look then throws session_expired, and on_live_session looks again on the next
+  // session (the session's end may have taken contenders along).
+  auto look = [&]() -> bool {
+    for (;;) {
+      auto w = std::make_shared<child_watch>();
+      struct unwatch {  // removes the watch on every way out (a no-op once it fired)
+        zklock::session& s;
+        const std::string& path;
+        const child_watch* w;
+        ~unwatch() { d::drop_watch(s, path, true, w); }
+      } guard{*s, o.path, w.get()};
+      const auto listing = d::list_children(*s, o.path, w, deadline);
+      if (!listing) return false;
+      const auto queue = d::sorted_contenders(*listing, all_kinds);
+      if (queue.empty()) return true;
+      if (g_verbose) say("%s has %zu contender(s): waiting", o.path.c_str(), queue.size());
+      if (!w->wait_until(deadline)) return false;
     }
-    if (g_verbose) say("%s has %zu contender(s): waiting", o.path.c_str(), queue.size());
-    if (!w->wait_until(deadline)) break;
+  };
+  if (on_live_session(*s, deadline, look)) {
+    if (g_verbose) say("%s is free", o.path.c_str());
+    return exit_code::ok;
   }
   say("timed out: %s is still taken", o.path.c_str());
   return exit_code::timeout;
@@ -684,10 +725,6 @@ int cmd_wait(const options& o) {
 
 [[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-int pidfd_send_signal(int pidfd, int sig) {
-  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
 
 /// A file descriptor that closes itself.
 class fd_t {
@@ -778,13 +815,18 @@ constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, 
 
 sigset_t g_original_mask;
 
-/// Effects: blocks the forwarded signals in this thread (and every thread it starts).
-/// Returns: a signalfd that reads them.
+/// Effects: blocks the forwarded signals, SIGCHLD and SIGCONT in this thread (and every thread it
+/// starts), and SIGTTOU, so that zklock may hand its terminal to CMD's process group and take it back.
+/// Returns: a signalfd that reads the forwarded signals, SIGCHLD and SIGCONT.
 fd_t block_signals() {
   sigset_t set;
   ::sigemptyset(&set);
   for (int s : forwarded_signals) ::sigaddset(&set, s);
-  if (::pthread_sigmask(SIG_BLOCK, &set, &g_original_mask) != 0) throw_errno("pthread_sigmask");
+  ::sigaddset(&set, SIGCHLD);
+  ::sigaddset(&set, SIGCONT);  // (blocked, it still continues zklock; the signalfd tells exec of it)
+  sigset_t blocked = set;
+  ::sigaddset(&blocked, SIGTTOU);
+  if (::pthread_sigmask(SIG_BLOCK, &blocked, &g_original_mask) != 0) throw_errno("pthread_sigmask");
   const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (fd < 0) throw_errno("signalfd");
   return fd_t{fd};
@@ -844,6 +886,8 @@ class acquire_interrupter {
       if (p[1].revents) return;
       if (p[0].revents) {
         if (const auto si = next_signal(sigfd_)) {
+          // A child zklock was started with ended, or zklock was continued: not a request to stop.
+          if (si->ssi_signo == SIGCHLD || si->ssi_signo == SIGCONT) continue;
           signal_.store(static_cast<int>(si->ssi_signo));
           s_.close();  // the acquire throws session_closed; the server drops our queued node
           return;
@@ -996,6 +1040,54 @@ std::optional<std::string> record_acquire(zklock::session& s, const options& o, 
   return std::nullopt;
 }
 
+// ---- CMD's process group ----------------------------------------------------------------------
+// CMD runs in a process group of its own (its pgid is CMD's pid), and zklock is a child subreaper
+// (PR_SET_CHILD_SUBREAPER): whatever CMD starts and leaves behind is re-parented to zklock, which
+// reaps it. The lock is held until CMD has ended and its group is gone: while any process that CMD
+// started is still in the group, like flock(1) while a descendant holds the descriptor. A forwarded
+// signal or the kill signal of a lost lock goes to the group, once (kill(-pgid, sig)). A process
+// that leaves the group (setsid, setpgid) leaves the lock too: zklock could not stop it.
+
+/// Returns: whether process group `pgid` still has a process (a zombie counts until reaped).
+bool group_alive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno != ESRCH; }
+
+/// Returns: whether a job-control stop of zklock's process group would take effect: zklock's parent
+/// is in the same session but another process group (a shell that runs zklock as a job). The
+/// kernel ignores SIGTSTP, SIGTTIN and SIGTTOU for an orphaned process group.
+bool under_job_control() {
+  const pid_t parent = ::getppid();
+  return ::getsid(parent) == ::getsid(0) && ::getpgid(parent) != ::getpgrp();
+}
+
+/// zklock's controlling terminal. When zklock runs in the terminal's foreground process group, CMD's
+/// group takes it over while CMD runs, as a shell gives the terminal to a job: CMD reads it, and
+/// the terminal's signals (Ctrl-C, Ctrl-\) reach CMD's group directly and only once.
+class terminal {
+ public:
+  terminal() {
+    const int fd = ::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return;  // no controlling terminal
+    fd_ = fd_t{fd};
+    foreground_ = ::tcgetpgrp(fd) == ::getpgrp();
+  }
+  /// Returns: the terminal's descriptor, -1 if zklock has none.
+  int fd() const noexcept { return fd_.get(); }
+  /// Returns: whether zklock's group was the terminal's foreground group when it started CMD.
+  bool foreground() const noexcept { return foreground_; }
+  /// Effects: gives the terminal to `pgid` if zklock's group has it.
+  void give(pid_t pgid) const noexcept {
+    if (fd() >= 0 && ::tcgetpgrp(fd()) == ::getpgrp()) ::tcsetpgrp(fd(), pgid);
+  }
+  /// Effects: takes the terminal back for zklock's group if `pgid` has it (SIGTTOU is blocked).
+  void take_back(pid_t pgid) const noexcept {
+    if (fd() >= 0 && ::tcgetpgrp(fd()) == pgid) ::tcsetpgrp(fd(), ::getpgrp());
+  }
+
+ private:
+  fd_t fd_;
+  bool foreground_ = false;
+};
+
 int cmd_exec(const options& o) {
   namespace d = zklock::detail;
   const std::string file = resolve_command(o.argv.front());  // fail fast, before waiting for a lock
@@ -1004,7 +1096,14 @@ int cmd_exec(const options& o) {
   auto s = open_session(o);
 
   // Some modes queue separate node kinds: say so when the path is in use by one this mode ignores.
-  if (const auto listing = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout)) {
+  // (A warning only: a session that ends under it is the acquire's to ride through.)
+  std::optional<std::vector<std::string>> others;
+  try {
+    others = d::list_children(*s, o.path, nullptr, steady::now() + o.connect_timeout);
+  } catch (const std::system_error& e) {
+    if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+  }
+  if (const auto& listing = others) {
     unsigned seen = 0;
     for (const auto& c : d::sorted_contenders(*listing, all_kinds & ~kinds_of(o.mode))) {
       if (seen & d::kind_bit(c.kind)) continue;
@@ -1078,7 +1177,12 @@ int cmd_exec(const options& o) {
     case lock_mode::permits: {
       // These holds have no fencing_token() of their own: the token is our node's czxid.
       h.lost = o.mode == lock_mode::shared ? rw->lost_token() : std::stop_token{};
-      const auto mine = own_node(*s, o.path, d::kind_bit(o.mode == lock_mode::shared ? d::read_rule::own : d::semaphore_rule::own));
+      std::optional<std::pair<std::string, zklock::detail::node_info>> mine;
+      try {
+        mine = own_node(*s, o.path, d::kind_bit(o.mode == lock_mode::shared ? d::read_rule::own : d::semaphore_rule::own));
+      } catch (const std::system_error& e) {  // the session ended with the grant: the hold is lost
+        if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+      }
       if (!mine) {
         say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
         return exit_code::lost;
@@ -1147,11 +1251,16 @@ int cmd_exec(const options& o) {
   if (::pipe2(ep, O_CLOEXEC) != 0) throw_errno("pipe2");
   fd_t exec_r{ep[0]}, exec_w{ep[1]};
   mark_own_fds_cloexec();
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) throw_errno("prctl(PR_SET_CHILD_SUBREAPER)");
+  terminal tty;
+  const int tty_fd = tty.foreground() ? tty.fd() : -1;  // CMD's group takes the terminal over
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     // In the child: async-signal-safe calls only (the parent has other threads).
+    ::setpgid(0, 0);  // a process group of its own: CMD's group (SIGTTOU is still blocked here)
+    if (tty_fd >= 0) ::tcsetpgrp(tty_fd, ::getpid());
     ::sigprocmask(SIG_SETMASK, &g_original_mask, nullptr);
     ::prctl(PR_SET_PDEATHSIG, o.kill_signal);  // zklock dies: the lock is no longer guaranteed
     if (::getppid() != parent) ::_exit(exit_code::lost);
@@ -1160,6 +1269,8 @@ int cmd_exec(const options& o) {
     [[maybe_unused]] auto n = ::write(exec_w.get(), &e, sizeof e);
     ::_exit(e == ENOENT ? exit_code::not_found : exit_code::cannot_execute);
   }
+  ::setpgid(pid, pid);  // also here: the group exists before zklock signals it (EACCES once CMD runs)
+  const pid_t group = pid;
   exec_w = fd_t{};
   int exec_errno = 0;
   ssize_t got;
@@ -1167,59 +1278,94 @@ int cmd_exec(const options& o) {
   if (got == static_cast<ssize_t>(sizeof exec_errno)) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    tty.take_back(group);
     h.release();
     say("cannot run %s: %s", o.argv.front().c_str(), std::strerror(exec_errno));
     return exec_errno == ENOENT ? exit_code::not_found : exit_code::cannot_execute;
   }
-  const fd_t pidfd{pidfd_open(pid)};
-  if (pidfd.get() < 0) {
-    const int e = errno;
-    ::kill(pid, SIGKILL);  // not reaped yet: still our child
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    errno = e;
-    throw_errno("pidfd_open");
-  }
-  if (g_verbose) say("running %s (pid %d)", o.argv.front().c_str(), static_cast<int>(pid));
+  if (g_verbose) say("running %s (pid %d, in process group %d)", o.argv.front().c_str(), static_cast<int>(pid),
+                     static_cast<int>(group));
 
-  // Wait for CMD; pass signals on; stop it if the lock is lost.
-  bool lost = false;
+  // Wait until CMD has ended and its group is gone; pass signals on to the group; stop the group
+  // if the lock is lost.
+  auto signal_group = [group](int sig) { ::kill(-group, sig); };
+  bool lost = false, cmd_ended = false;
   steady::time_point kill_at = steady::time_point::max();
   int status = 0;
   for (;;) {
-    pollfd p[3] = {{pidfd.get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}, {lost ? -1 : lost_r.get(), POLLIN, 0}};
-    const int r = ::poll(p, 3, poll_ms(kill_at));
-    if (r < 0 && errno != EINTR) throw_errno("poll");
-    if (r > 0 && p[2].revents && !lost) {
-      lost = true;
-      say("lost the lock on %s: stopping %s with %s%s", o.path.c_str(), o.argv.front().c_str(),
-          signal_name(o.kill_signal).c_str(),
-          o.kill_signal == SIGKILL ? "" : (", then SIGKILL after " + std::to_string(o.grace.count()) + " ms").c_str());
-      pidfd_send_signal(pidfd.get(), o.kill_signal);
-      if (o.kill_signal != SIGKILL) kill_at = steady::now() + o.grace;
+    // Reap every child that ended (CMD, and whatever of its group was left to zklock).
+    for (;;) {
+      int st = 0;
+      const pid_t r = ::waitpid(-1, &st, WNOHANG | WUNTRACED);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;  // 0: none ended; ECHILD: no child at all
+      if (r != pid) continue;
+      if (!WIFSTOPPED(st)) {
+        status = st;
+        cmd_ended = true;
+        if (g_verbose) say("%s ended: exit status %d", o.argv.front().c_str(), exit_status_of(st));
+        continue;
+      }
+      // CMD was stopped by job control (Ctrl-Z, or a terminal read or write in the background):
+      // zklock's own job stops likewise (the shell sees it stopped and takes its terminal back),
+      // and CMD's group goes on when zklock is continued (SIGCONT, below). Without a shell to
+      // continue it, zklock does not stop: CMD's group goes on at once.
+      const int stop = WSTOPSIG(st);
+      if (tty.fd() >= 0 && (stop == SIGTSTP || stop == SIGTTIN || stop == SIGTTOU)) {
+        tty.take_back(group);
+        if (under_job_control()) {
+          ::kill(0, stop == SIGTTOU ? SIGTSTP : stop);  // (SIGTTOU is blocked in zklock)
+        } else {
+          tty.give(group);
+          signal_group(SIGCONT);
+        }
+      }
     }
-    if (r > 0 && p[1].revents) {
-      while (const auto si = next_signal(sigfd.get())) {
-        // The terminal signals the whole foreground process group (CMD included): don't double it.
-        if (si->ssi_code == SI_KERNEL) continue;
-        if (g_verbose) say("passing %s on to %s", signal_name(static_cast<int>(si->ssi_signo)).c_str(), o.argv.front().c_str());
-        pidfd_send_signal(pidfd.get(), static_cast<int>(si->ssi_signo));
+    if (cmd_ended && !group_alive(group)) break;
+
+    // Once CMD has ended, look at its group every 200 ms too: a process may leave the group, or
+    // end as the child of another descendant, without a SIGCHLD to zklock.
+    int wait_ms = poll_ms(kill_at);
+    if (cmd_ended && (wait_ms < 0 || wait_ms > 200)) wait_ms = 200;
+    pollfd p[2] = {{sigfd.get(), POLLIN, 0}, {lost ? -1 : lost_r.get(), POLLIN, 0}};
+    const int r = ::poll(p, 2, wait_ms);
+    if (r < 0 && errno != EINTR) throw_errno("poll");
+    if (r > 0 && p[1].revents && !lost) {
+      lost = true;
+      say("lost the lock on %s: stopping %s and its process group (%d) with %s%s", o.path.c_str(),
+          o.argv.front().c_str(), static_cast<int>(group), signal_name(o.kill_signal).c_str(),
+          o.kill_signal == SIGKILL ? "" : (", then SIGKILL after " + std::to_string(o.grace.count()) + " ms").c_str());
+      signal_group(o.kill_signal);
+      if (o.kill_signal != SIGKILL) {
+        signal_group(SIGCONT);  // a stopped process must see the kill signal too
+        kill_at = steady::now() + o.grace;
       }
     }
     if (r > 0 && p[0].revents) {
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-      break;
+      while (const auto si = next_signal(sigfd.get())) {
+        const int sig = static_cast<int>(si->ssi_signo);
+        if (sig == SIGCHLD) continue;  // reaped at the top of the loop
+        if (sig == SIGCONT) {          // zklock's job was continued (fg, bg): CMD's group goes on too
+          tty.give(group);             // if zklock's group is in the foreground again
+          signal_group(SIGCONT);
+          continue;
+        }
+        // Sent to zklock alone (CMD's group is not zklock's, and a terminal signals only its
+        // foreground group, which is CMD's while CMD runs): the group gets it once, from here.
+        if (g_verbose) say("passing %s on to process group %d", signal_name(sig).c_str(), static_cast<int>(group));
+        signal_group(sig);
+      }
     }
     if (kill_at != steady::time_point::max() && steady::now() >= kill_at) {
-      say("%s still running %lld ms after %s: sending SIGKILL", o.argv.front().c_str(),
-          static_cast<long long>(o.grace.count()), signal_name(o.kill_signal).c_str());
-      pidfd_send_signal(pidfd.get(), SIGKILL);
+      say("process group %d of %s still there %lld ms after %s: sending SIGKILL", static_cast<int>(group),
+          o.argv.front().c_str(), static_cast<long long>(o.grace.count()), signal_name(o.kill_signal).c_str());
+      signal_group(SIGKILL);
       kill_at = steady::time_point::max();
     }
   }
+  tty.take_back(group);
   h.release();
   if (lost) return exit_code::lost;
-  if (g_verbose) say("%s ended: exit status %d", o.argv.front().c_str(), exit_status_of(status));
   return exit_status_of(status);
 }
 

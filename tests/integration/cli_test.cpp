@@ -11,7 +11,9 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,7 +128,8 @@ class zklock_run {
   }
 
   ~zklock_run() {
-    ::kill(-pid_, SIGKILL);  // zklock, CMD and anything CMD left in the group
+    for (pid_t g : groups_) ::kill(-g, SIGKILL);  // CMD's group, and what CMD left in it
+    ::kill(-pid_, SIGKILL);  // zklock
     reap();
     for (int fd : {to_child_, from_child_, pidfd_})
       if (fd >= 0) ::close(fd);
@@ -135,6 +138,10 @@ class zklock_run {
   zklock_run& operator=(const zklock_run&) = delete;
 
   pid_t pid() const noexcept { return pid_; }
+
+  /// Effects: the destructor SIGKILLs process group `pgid` too (CMD runs in a group of its own,
+  /// whose id is CMD's pid).
+  void kill_group_at_end(pid_t pgid) { groups_.push_back(pgid); }
 
   /// Returns: the next line of stdout (the last one may lack its newline), or nullopt at its end
   /// or after `timeout`.
@@ -224,6 +231,7 @@ class zklock_run {
   bool eof_ = false;
   int status_ = 0;
   std::string buf_;
+  std::vector<pid_t> groups_;
 };
 
 /// Runs zklock to the end. Returns: its exit code (see zklock_run::wait).
@@ -414,6 +422,19 @@ TEST(CliExec, RunsCommandWithTokenAndPassesItsExitCode) {
   zklock_run e{{"exec", path, "sh", "-c", "kill -KILL $$"}, {{"ZOOKEEPER_HOSTS", zkt::connect()}}};
   EXPECT_EQ(run(e), 128 + SIGKILL) << e.err();
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// --verbose says what zklock does; the ZooKeeper client's log only comes with a second -v.
+TEST(CliExec, VerboseOnceForZklockTwiceForTheClientLog) {
+  const auto path = zkt::unique_path("cli-verbose");
+  for (const auto& verbose : std::vector<std::vector<std::string>>{{"--verbose"}, {"-v", "--verbose"}}) {
+    auto args = verbose;
+    args.insert(args.end(), {path, "--", "true"});
+    zklock_run r{exec_args({}, args)};
+    EXPECT_EQ(run(r), 0) << r.err();
+    EXPECT_NE(r.err().find("zklock: connected to "), std::string::npos) << r.err();
+    EXPECT_EQ(r.err().find("ZOO_INFO@") != std::string::npos, verbose.size() == 2) << r.err();
+  }
 }
 
 TEST(CliExec, EveryModeGivesCommandAToken) {
@@ -723,6 +744,354 @@ TEST(CliExec, LostLockStopsCommandAndExits75) {
     EXPECT_EQ(run(r, 30s), 75) << r.err();
     EXPECT_NE(r.err().find("SIGKILL"), std::string::npos) << r.err();
   }
+}
+
+// ---- exec: CMD's process group ---------------------------------------------------------------
+
+/// Returns: the session id that a --verbose zklock printed ("connected to ... (session 0x...)"), 0 if none.
+std::uint64_t session_of(const zklock_run& r) {
+  const auto err = r.err();
+  const auto at = err.find("(session 0x");
+  return at == std::string::npos ? 0 : std::stoull(err.substr(at + 11), nullptr, 16);
+}
+
+/// Returns: whether `file` exists within 30 s (false at once if `r` exited).
+bool await_file(const std::filesystem::path& file, zklock_run& r) {
+  const auto limit = steady_clock::now() + 30s;
+  while (!std::filesystem::exists(file)) {
+    if (r.exited() || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling for a file the process writes, not a synchronisation
+  }
+  return true;
+}
+
+/// Returns: the parent pid of `pid` (from /proc), -1 if it is gone.
+pid_t parent_of(pid_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  std::istringstream rest{line.substr(line.rfind(')') + 2)};  // after "pid (comm) "
+  char state = 0;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+/// `zklock exec [options] PATH -- sh cmd.sh`, CMD's process group made for the signal tests: three
+/// shell scripts in a scratch directory, cmd.sh (CMD, which prints its pid, the group's id),
+/// child.sh (started by CMD in the background) and grand.sh (started by child.sh in a subshell that
+/// ends at once: an orphan, re-parented to zklock). Each appends a line "TERM" to NAME.count for
+/// every SIGTERM it gets and goes on, and once its trap is set writes its pid to NAME.ready. They
+/// wait in `wait` on a `sleep` of their own (in the group too: a signal to the group ends it),
+/// never polling; the test ends them with a SIGKILL to the group.
+struct counting_group {
+  scratch_dir dir;
+  std::unique_ptr<zklock_run> run;
+  pid_t group = 0;  ///< CMD's pid, the id of its group (0: CMD never said it)
+
+  counting_group(const std::string& path, std::vector<std::string> options) {
+    write("cmd", "echo $$; sh '" + (dir.path / "child.sh").string() + "' &");
+    write("child", "( sh '" + (dir.path / "grand.sh").string() + "' & )");
+    write("grand", "");
+    options.insert(options.end(), {path, "--", "sh", (dir.path / "cmd.sh").string()});
+    run = std::make_unique<zklock_run>(exec_args({}, options));
+    if (const auto line = run->read_line()) {
+      group = static_cast<pid_t>(std::stol(*line));
+      run->kill_group_at_end(group);
+    }
+  }
+  /// Returns: the pids of the three, once all three are ready (nullopt if not within 30 s).
+  std::optional<std::vector<pid_t>> ready() const {
+    std::vector<pid_t> pids;
+    for (const char* name : {"cmd", "child", "grand"}) {
+      if (!await_file(dir.path / (std::string{name} + ".ready"), *run)) return std::nullopt;
+      pids.push_back(static_cast<pid_t>(std::stol(slurp(dir.path / (std::string{name} + ".ready")))));
+    }
+    return pids;
+  }
+  /// Returns: how many SIGTERMs each of the three counted, once each counted one (within 30 s).
+  std::vector<std::size_t> terms_counted() const {
+    const auto limit = steady_clock::now() + 30s;
+    std::vector<std::size_t> n;
+    for (const char* name : {"cmd", "child", "grand"}) {
+      const auto file = dir.path / (std::string{name} + ".count");
+      while (slurp(file).empty() && steady_clock::now() < limit)
+        std::this_thread::sleep_for(2ms);  // polling a file the process writes
+      n.push_back(lines(slurp(file)).size());
+    }
+    return n;
+  }
+
+ private:
+  void write(const std::string& name, const std::string& start) const {
+    const auto base = (dir.path / name).string();
+    std::ofstream{base + ".sh"} << "trap 'echo TERM >> \"" << base << ".count\"' TERM\n"
+                                << start << "\n"
+                                << "echo $$ > '" << base << ".tmp' && mv '" << base << ".tmp' '" << base << ".ready'\n"
+                                << "while :; do sleep 1000 & wait $!; done\n";
+  }
+};
+
+// flock(1) keeps a lock while a descendant holds the descriptor; zklock exec keeps it while anything
+// CMD started runs in CMD's process group. CMD starts a child and an orphaned grandchild, both
+// reading CMD's stdin, and exits 5 at once. While they run, another exec cannot get the lock; once
+// the test closes that stdin, they end, and so does the hold, with CMD's exit status.
+TEST(CliExecGroup, BackgroundDescendantsKeepTheLock) {
+  const auto path = zkt::unique_path("cli-group-keeps");
+  zklock_run r{exec_args({}, {path, "--", "sh", "-c",
+                              "exec 3<&0; (read x <&3; echo child ends) & ( (read x <&3; echo grandchild ends) & ); "
+                              "echo $$; exit 5"})};
+  const auto line = r.read_line();
+  ASSERT_TRUE(line) << r.err();
+  const pid_t cmd = static_cast<pid_t>(std::stol(*line));
+  r.kill_group_at_end(cmd);
+  // CMD has ended (and zklock reaped it) before the second exec tries.
+  const auto limit = steady_clock::now() + 30s;
+  while (::kill(cmd, 0) == 0) {
+    ASSERT_LT(steady_clock::now(), limit) << "CMD did not end";
+    std::this_thread::sleep_for(2ms);  // polling for CMD's end, not a synchronisation
+  }
+  EXPECT_EQ(::getpgid(cmd), -1);
+  EXPECT_FALSE(r.exited()) << "zklock ended with CMD while CMD's children ran: " << r.err();
+  zklock_run now{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(now), 124) << "the lock was free while CMD's descendants ran: " << now.err();
+  EXPECT_EQ(now.out(), "");
+
+  r.close_stdin();  // the child and the grandchild read the end of their stdin, and end
+  EXPECT_EQ(r.wait(), 5) << "exec's status is CMD's: " << r.err();
+  auto out = lines(r.out());
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"child ends", "grandchild ends"}));
+  zklock_run after{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(after), 0) << after.err();
+  EXPECT_EQ(after.out(), "ran\n");
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// A lost lock stops the whole group: CMD, its child and its orphaned grandchild each get the kill
+// signal, once. (They trap it and run on; a forwarded SIGUSR1 then ends them.)
+TEST(CliExecGroup, LostLockSignalsEveryProcessOfTheGroupOnce) {
+  const auto path = zkt::unique_path("cli-group-lost");
+  counting_group g{path, {"--grace", "60s"}};
+  auto& r = *g.run;
+  ASSERT_NE(g.group, 0) << r.err();
+  const auto pids = g.ready();
+  ASSERT_TRUE(pids) << r.err();
+  for (pid_t p : *pids) EXPECT_EQ(::getpgid(p), g.group) << "pid " << p << " is not in CMD's group";
+  EXPECT_EQ(parent_of(pids->at(2)), r.pid()) << "the orphaned grandchild was not re-parented to zklock";
+
+  const auto kids = contender_nodes(path);
+  ASSERT_EQ(kids.size(), 1u);
+  ASSERT_TRUE(zkt::remove(path + "/" + kids.front()));  // someone else deletes our node: lost
+  EXPECT_EQ(g.terms_counted(), (std::vector<std::size_t>{1, 1, 1})) << r.err();
+  EXPECT_FALSE(r.exited()) << "zklock ended while its group ran: " << r.err();
+  ::kill(-g.group, SIGKILL);  // the group ends (long before --grace would end it)
+  EXPECT_EQ(r.wait(), 75) << r.err();
+  EXPECT_EQ(g.terms_counted(), (std::vector<std::size_t>{1, 1, 1})) << r.err();
+  EXPECT_NE(r.err().find("lost the lock on " + path + ": stopping sh and its process group (" +
+                         std::to_string(g.group) + ") with SIGTERM"),
+            std::string::npos)
+      << r.err();
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// A signal sent to zklock reaches each process of CMD's group exactly once: the group gets it from
+// zklock alone (zklock is not in the group, so a signal to zklock's own group is not seen twice).
+TEST(CliExecGroup, ForwardedSignalReachesEachProcessOfTheGroupOnce) {
+  const auto path = zkt::unique_path("cli-group-signal");
+  counting_group g{path, {"--verbose"}};
+  auto& r = *g.run;
+  ASSERT_NE(g.group, 0) << r.err();
+  ASSERT_TRUE(g.ready()) << r.err();
+  EXPECT_NE(g.group, ::getpgid(r.pid())) << "CMD runs in zklock's own process group";
+
+  ::kill(-r.pid(), SIGTERM);  // zklock's own group (the test made it one): zklock alone is in it
+  EXPECT_EQ(g.terms_counted(), (std::vector<std::size_t>{1, 1, 1})) << r.err();
+  EXPECT_FALSE(r.exited()) << "zklock ended while its group ran: " << r.err();
+  ::kill(-g.group, SIGKILL);
+  EXPECT_EQ(r.wait(), 128 + SIGKILL) << "exec's status is CMD's: " << r.err();
+  EXPECT_EQ(g.terms_counted(), (std::vector<std::size_t>{1, 1, 1})) << r.err();
+  const auto err = r.err();
+  const std::string passed = "passing SIGTERM on to process group " + std::to_string(g.group);
+  ASSERT_NE(err.find(passed), std::string::npos) << err;
+  EXPECT_EQ(err.find(passed, err.find(passed) + 1), std::string::npos) << "passed on twice: " << err;
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// With a terminal. zklock, in the foreground process group of its terminal (here a pseudo-terminal
+// whose session it leads), hands the terminal to CMD's group: CMD reads from it (in a background
+// group it would be stopped by SIGTTIN), and Ctrl-C reaches CMD's group from the terminal alone,
+// never through zklock as well.
+TEST(CliExecGroup, CommandGroupGetsTheTerminal) {
+  const auto path = zkt::unique_path("cli-group-tty");
+  scratch_dir dir;
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  char name[128] = {};
+  ASSERT_EQ(::ptsname_r(master, name, sizeof name), 0);
+  termios t{};
+  ASSERT_EQ(::tcgetattr(master, &t), 0);
+  t.c_lflag &= ~static_cast<tcflag_t>(ECHO);  // only CMD's output comes back
+  ASSERT_EQ(::tcsetattr(master, TCSANOW, &t), 0);
+
+  std::vector<std::string> args_s{ZKLOCK_CLI_BIN, "exec", "--verbose", "--connect", zkt::connect(), path, "--",
+                                  "sh", "-c",
+                                  "trap 'echo INT' INT; echo pid $$; read x; echo \"got $x\"; "
+                                  "while :; do sleep 1000 & wait $!; done"};
+  std::vector<char*> argv;
+  for (auto& a : args_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string err_file = (dir.path / "stderr").string();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // async-signal-safe calls only
+    ::setsid();
+    const int tty = ::open(name, O_RDWR);  // the session leader's first terminal: its controlling one
+    const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (tty < 0 || err < 0 || ::ioctl(tty, TIOCSCTTY, 0) != 0) ::_exit(98);
+    ::dup2(tty, 0);
+    ::dup2(tty, 1);
+    ::dup2(err, 2);
+    ::execve(argv[0], argv.data(), environ);
+    ::_exit(99);
+  }
+  pid_t group = 0;
+  struct cleanup {
+    pid_t pid;
+    pid_t& group;
+    int master;
+    ~cleanup() {
+      if (group > 0) ::kill(-group, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+      ::close(master);
+    }
+  } done{pid, group, master};
+
+  std::string out;
+  auto await_output = [&](const std::string& text) {  // reads the terminal until `text` shows
+    const auto limit = steady_clock::now() + 30s;
+    while (out.find(text) == std::string::npos && steady_clock::now() < limit) {
+      pollfd p{master, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    return out.find(text) != std::string::npos;
+  };
+  ASSERT_TRUE(await_output("pid ")) << out << slurp(err_file);
+  ASSERT_TRUE(await_output("\n")) << out;
+  group = static_cast<pid_t>(std::stol(out.substr(out.find("pid ") + 4)));
+  EXPECT_EQ(::tcgetpgrp(master), group) << "CMD's group is not the terminal's foreground group";
+
+  ASSERT_EQ(::write(master, "hello\n", 6), 6);
+  EXPECT_TRUE(await_output("got hello")) << out << slurp(err_file);
+  ASSERT_EQ(::write(master, "\x03", 1), 1);  // Ctrl-C
+  EXPECT_TRUE(await_output("INT")) << out << slurp(err_file);
+  ::kill(pid, SIGUSR1);  // passed on: CMD's shell and its sleep end
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGUSR1) << std::hex << st << "\n" << slurp(err_file);
+  const auto err = slurp(err_file);
+  EXPECT_EQ(err.find("passing SIGINT"), std::string::npos) << "Ctrl-C reached CMD through zklock too: " << err;
+  EXPECT_NE(err.find("passing SIGUSR1 on to process group " + std::to_string(group)), std::string::npos) << err;
+  EXPECT_TRUE(zkt::children(path).empty());
+  done.pid = pid;  // reaped: the cleanup's kill and waitpid find nothing
+}
+
+// ---- exec, wait: session expiry -------------------------------------------------------------
+
+// A waiting exec whose session expires (zklock is stopped until the server has expired the session
+// and deleted its waiting node) queues again on a new session and runs CMD once the holder is done,
+// with and without --timeout.
+TEST(CliFaults, WaiterWhoseSessionExpiresQueuesAgainAndRunsCommand) {
+  for (const auto& timeout : std::vector<std::vector<std::string>>{{}, {"--timeout", "120s"}}) {
+    SCOPED_TRACE(timeout.empty() ? "no --timeout" : "--timeout");
+    const auto path = zkt::unique_path("cli-requeue");
+    holder h{path};
+    const auto held = h.held();
+    auto args = timeout;
+    for (const char* a : {"--verbose", "--session-timeout", "2s"}) args.push_back(a);
+    args.insert(args.end(), {path, "--", "sh", "-c", "echo ran token=$ZKLOCK_FENCING_TOKEN"});
+    zklock_run w{exec_args({}, args)};
+    ASSERT_TRUE(await_children(path, 2, w)) << w.err();
+    const auto sid = session_of(w);
+    ASSERT_NE(sid, 0u) << w.err();
+    std::string node;
+    for (const auto& k : contender_nodes(path))
+      if (static_cast<std::uint64_t>(zkt::stat_node(path + "/" + k).ephemeral_owner) == sid) node = path + "/" + k;
+    ASSERT_FALSE(node.empty()) << "no node of the waiter's session";
+
+    w.signal(SIGSTOP);
+    const auto limit = steady_clock::now() + 30s;
+    while (zkt::exists(node)) {
+      ASSERT_LT(steady_clock::now(), limit) << "the server did not expire the stopped waiter's session";
+      std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+    }
+    w.signal(SIGCONT);
+    ASSERT_TRUE(await_children(path, 2, w)) << "did not queue again: " << w.err();
+    EXPECT_EQ(h.release(), 0);
+    EXPECT_EQ(run(w), 0) << w.err();
+    const auto out = w.out();
+    EXPECT_TRUE(out.starts_with("ran token=")) << out;
+    EXPECT_GT(token_in(out), held);
+    EXPECT_TRUE(zkt::children(path).empty());
+  }
+}
+
+/// Returns: whether the server has closed the connection of session `sid` (it expired) within 30 s.
+bool await_session_gone(std::uint64_t sid) {
+  std::ostringstream text;
+  text << "sid=0x" << std::hex << sid << ",";
+  const auto limit = steady_clock::now() + 30s;
+  while (zkt::four_letter("cons").find(text.str()) != std::string::npos) {
+    if (steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+  }
+  return true;
+}
+
+/// Returns: whether `r`'s stderr shows `text` `n` times within 30 s (false at once if `r` exited).
+bool await_err(zklock_run& r, const std::string& text, std::size_t n = 1) {
+  const auto limit = steady_clock::now() + 30s;
+  for (;;) {
+    const auto err = r.err();
+    std::size_t seen = 0;
+    for (auto at = err.find(text); at != std::string::npos; at = err.find(text, at + 1)) ++seen;
+    if (seen >= n) return true;
+    if (r.exited() || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling a file the process writes, not a synchronisation
+  }
+}
+
+// `zklock wait` whose session expires while it waits looks again on a new session, and returns
+// once the path is free. The server (one of this test alone) is paused when the stopped wait is
+// resumed, so that zklock finds its session gone before a new one can be had, every time.
+TEST(CliFaults, WaitRidesThroughSessionExpiry) {
+  zkt::private_server zk;  // zkt::connect() names it while it lives
+  const auto path = zkt::unique_path("cli-wait-expiry");
+  holder h{path, {"--session-timeout", "30s"}};  // rides through the pause below
+  h.held();
+  zklock_run w{{"wait", "--verbose", "--session-timeout", "2s", "--connect", zkt::connect(), path}};
+  const std::string waiting = path + " has 1 contender(s): waiting";
+  ASSERT_TRUE(await_err(w, waiting)) << w.err();
+  const auto sid = session_of(w);
+  ASSERT_NE(sid, 0u) << w.err();
+  w.signal(SIGSTOP);
+  ASSERT_TRUE(await_session_gone(sid)) << "the server did not expire the stopped wait's session";
+  zk.pause();
+  w.signal(SIGCONT);  // no server: zklock gives its session up and waits for a new one
+  EXPECT_TRUE(await_err(w, "session expired: waiting for the next one")) << "wait ended on the expiry: " << w.err();
+  zk.resume();
+  EXPECT_TRUE(await_err(w, waiting, 2)) << "not waiting again: " << w.err();
+  EXPECT_NE(w.err().find("on a new session"), std::string::npos) << w.err();
+  EXPECT_EQ(h.release(), 0);
+  EXPECT_EQ(run(w), 0) << w.err();
 }
 
 // The session expires while CMD runs. The session's password never leaves the zklock process, so
