@@ -22,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 #include <zookeeper/zookeeper.h>
@@ -235,6 +236,12 @@ zklock::session_options options(std::chrono::milliseconds session_timeout) {
   o.connect = connect();
   o.session_timeout = session_timeout;
   o.connect_timeout = std::chrono::seconds{15};
+  // Waiters look one handoff ahead whatever the round trip (zklock's choice depends on the measured
+  // round trip, which a test cannot pin); ZKLOCK_TEST_LOOK_AHEAD=never watches only those that may
+  // remain ahead (what a loopback session chooses).
+  const char* look = std::getenv("ZKLOCK_TEST_LOOK_AHEAD");
+  o.look_ahead_round_trip = look && std::string_view{look} == "never" ? std::chrono::microseconds::max()
+                                                                      : std::chrono::microseconds::zero();
   return o;
 }
 
