@@ -2,15 +2,17 @@
 // zklock:watch — how a waiting contender learns that it may hold the lock now.
 //
 //   watch_predecessor  Exists-style watches on the nearest contenders ahead that decide the
-//                      waiter's turn: as many as may remain ahead while it holds (for a mutex or a
-//                      writer its predecessor, for a reader the nearest writer ahead, for a
-//                      semaphore of L leases the L nearest leases ahead), or, when a round trip to
-//                      the server is dear (session_options::look_ahead_round_trip, 1 ms by default,
-//                      against the session's measured round trip), twice as many: then a waiter
-//                      whose watches do not reach the head of the queue lists once when the first
-//                      of them goes, while those ahead of it still hold, so that the release that
-//                      makes its turn grants it with no further request (one round trip from the
-//                      release to the grant, not two). A release wakes only the few waiters that
+//                      waiter's turn, twice as many as may remain ahead while it holds: for a mutex
+//                      or a writer the two just ahead, for a reader the two nearest writers ahead,
+//                      for a semaphore of L leases the 2L nearest leases ahead. A waiter whose
+//                      watches do not reach the head of the queue lists once when the first of them
+//                      goes, while those ahead of it still hold, so that the release that makes its
+//                      turn grants it with no further request (one round trip from the release to
+//                      the grant, not two). When round trips are cheap (under
+//                      session_options::look_ahead_round_trip, 1 ms by default, against the
+//                      session's measured round trip) a semaphore's waiter watches only the L
+//                      nearest: 2L watches make every release wake 2L waiters, which costs more
+//                      than the round trip it saves. A release wakes only the few waiters that
 //                      watch it, never a herd. Pick it by default, and always for long queues. (A
 //                      semaphore of more than 16 leases watches the lock node's children instead:
 //                      that many watches per waiter cost more than the herd.)
@@ -45,13 +47,14 @@ concept WatchStrategy = std::is_empty_v<P> && requires(std::size_t n, bool far) 
 struct watch_predecessor {
   /// Watch the node the rule names.
   static constexpr watch_kind kind = watch_kind::predecessor;
-  /// Returns: when round trips are dear (`far`, see session_options::look_ahead_round_trip),
-  /// min(ahead, 2 * limit): the first watched contender to go leaves `limit` more deletions before
-  /// the turn, time to list and move the watches up (see zklock:rules, tally); otherwise
-  /// min(ahead, limit), the fewest requests. 0 (the children) when limit exceeds 16.
+  /// Returns: min(ahead, 2 * limit) for one holder at a time (limit 1) or when round trips are dear
+  /// (`far`, see session_options::look_ahead_round_trip): the first watched contender to go leaves
+  /// `limit` more deletions before the turn, time to list and move the watches up (see
+  /// zklock:rules, tally); otherwise (a semaphore's waiter, round trips cheap) min(ahead, limit):
+  /// each release then wakes L waiters, not 2L. 0 (the children) when limit exceeds 16.
   static constexpr std::size_t window(std::size_t ahead, std::size_t limit, bool far) noexcept {
     if (limit > 16) return 0;
-    const std::size_t w = far ? 2 * limit : limit;
+    const std::size_t w = far || limit == 1 ? 2 * limit : limit;
     return ahead < w ? ahead : w;
   }
 };

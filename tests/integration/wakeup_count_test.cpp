@@ -148,12 +148,11 @@ TYPED_TEST(WakeupCount, AMutexReleaseWakesOneWaiterOrTheHerd) {
     ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(i) + 2));  // queued in this order
   }
   // One children watch per waiter; or, with the predecessor watch, waiter i watches its own node
-  // and the nearest two of the i + 1 contenders ahead of it (looking ahead) or its predecessor.
-  const bool look_ahead = zkt::options().look_ahead_round_trip == std::chrono::microseconds::zero();
+  // and the nearest two of the i + 1 contenders ahead of it.
   long long armed = waiters;
   if constexpr (TypeParam::predecessor) {
     armed = 0;
-    for (long long i = 0; i < waiters; ++i) armed += 1 + std::min(i + 1, look_ahead ? 2LL : 1LL);
+    for (long long i = 0; i < waiters; ++i) armed += 1 + std::min(i + 1, 2LL);
   }
   ASSERT_TRUE(await_watch_count(watches_before, armed)) << "not every waiter waits";
   {
@@ -173,8 +172,7 @@ TYPED_TEST(WakeupCount, AMutexReleaseWakesOneWaiterOrTheHerd) {
   if constexpr (TypeParam::predecessor) {
     EXPECT_EQ(woke[0], 1u) << "the first waiter wakes once, at its turn";
     for (std::size_t i = 1; i < woke.size(); ++i)
-      EXPECT_LE(woke[i], 2u) << "waiter " << i << (look_ahead ? ": once the holder two ahead leaves, then at its turn"
-                                                             : ": once its predecessor leaves (then it lists), then at its turn");
+      EXPECT_LE(woke[i], 2u) << "waiter " << i << ": once the holder two ahead leaves, then at its turn";
   } else {
     // Every waiter wakes at least at its turn; the ones further back also at every join behind them
     // and at every release ahead of them.

@@ -127,8 +127,8 @@ TEST(Tally, WatchStrategiesChooseTheirWindow) {
   static_assert(zklock::watch_predecessor::window(100, 16, true) == 32);
   static_assert(zklock::watch_predecessor::window(100, 17, true) == 0);  // too many leases: children
   // Cheap round trips: only those that may remain (the predecessor, for a mutex).
-  static_assert(zklock::watch_predecessor::window(10, 1, false) == 1);
-  static_assert(zklock::watch_predecessor::window(10, 4, false) == 4);
+  static_assert(zklock::watch_predecessor::window(10, 1, false) == 2);  // a mutex looks ahead anyway
+  static_assert(zklock::watch_predecessor::window(10, 4, false) == 4);  // a semaphore: the L nearest
   static_assert(zklock::watch_predecessor::window(3, 4, false) == 3);
   static_assert(zklock::watch_predecessor::window(100, 17, false) == 0);
   static_assert(zklock::watch_children::window(10, 1, true) == 0);
@@ -136,14 +136,15 @@ TEST(Tally, WatchStrategiesChooseTheirWindow) {
   SUCCEED();
 }
 
-TEST(Tally, WatchingOnlyThePredecessorListsAtItsDeletionWhenMoreWereAhead) {
-  // A mutex waiter with three ahead watches its predecessor alone: that deletion proves too little
-  // (the two beyond may stand), so it lists; with one ahead, the same deletion proves it held.
-  constexpr std::size_t w = zklock::watch_predecessor::window(3, 1, false);
-  static_assert(w == 1);
-  EXPECT_TRUE((tally{3, 1, w, 1}.must_relist()));
-  EXPECT_FALSE((tally{3, 1, w, 1}.proves_held()));
-  EXPECT_TRUE((tally{1, 1, w, 1}.proves_held()));
+TEST(Tally, ASemaphoreWaiterWatchingTheLNearestListsAtTheFirstDeletionWhenMoreWereAhead) {
+  // 2 leases, 5 ahead, round trips cheap: it watches the 2 nearest. The first of them to go proves
+  // too little (3 beyond may stand), so it lists; with 2 ahead, both deletions prove it held.
+  constexpr std::size_t w = zklock::watch_predecessor::window(5, 2, false);
+  static_assert(w == 2);
+  EXPECT_TRUE((tally{5, 2, w, 1}.must_relist()));
+  EXPECT_FALSE((tally{5, 2, w, 1}.proves_held()));
+  EXPECT_FALSE((tally{2, 2, w, 0}.proves_held()));
+  EXPECT_TRUE((tally{2, 2, w, 1}.proves_held()));
 }
 
 TEST(RoundTripMeter, TheRecentMinimumOfTwoRunsOfSixteen) {
