@@ -18,8 +18,46 @@ import :session;
 
 export namespace zklock::detail {
 
+
 /// The clock of every deadline in zklock (try_lock_until converts other clocks to it once).
 using clock = std::chrono::steady_clock;
+
+/// A session's round trip, as its reads measure it: the lowest latency among the current and the
+/// previous run of 16 reads (a minimum, so that a busy server's queueing hardly moves it; two runs,
+/// so that it follows a network that became slower within 32 reads). Thread-safe.
+class round_trip_meter {
+ public:
+  /// Effects: counts one read's latency.
+  void note(clock::duration d) noexcept {
+    std::lock_guard lk{mu_};
+    if (d < now_) now_ = d;
+    if (++n_ == 16) {
+      before_ = now_;
+      now_ = clock::duration::max();
+      n_ = 0;
+    }
+  }
+  /// Returns: the estimate, or nullopt before the first read.
+  std::optional<clock::duration> estimate() const noexcept {
+    std::lock_guard lk{mu_};
+    const auto e = now_ < before_ ? now_ : before_;
+    if (e == clock::duration::max()) return std::nullopt;
+    return e;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  clock::duration now_ = clock::duration::max();
+  clock::duration before_ = clock::duration::max();
+  int n_ = 0;
+};
+
+/// Returns: the round-trip meter of `s`'s reads.
+round_trip_meter& round_trips(session& s) noexcept;
+/// Returns: whether a waiter on `s` should look one handoff ahead (see
+/// session_options::look_ahead_round_trip): the measured round trip exceeds it, or nothing was
+/// measured yet.
+bool look_ahead(session& s) noexcept;
 
 // ---- pure logic (unit-tested without a server) ------------------------------------------------
 

@@ -177,8 +177,10 @@ class attempt {
         fresh.push_back(std::make_shared<watch_slot>(p, relay_));
     if (fresh.empty()) return 0;
     sent(fresh.size());
+    const auto at = clock::now();
     const auto seen = watch_nodes(s_, fresh, deadline);
     if (!seen) return std::nullopt;
+    round_trips(s_).note(clock::now() - at);
     std::size_t gone = 0;
     for (std::size_t i = 0; i < fresh.size(); ++i) {
       if ((*seen)[i] == node_seen::gone)
@@ -241,7 +243,9 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
   std::optional<std::vector<std::string>> listing = std::move(queued->listing);
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {
     at.sent();
+    const auto sent = clock::now();
     listing = list_children(s, lock_path, watcher, deadline);
+    if (listing) round_trips(s).note(clock::now() - sent);
   };
   if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
 
@@ -256,7 +260,7 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
     if (st.held()) return at.granted();
     if (clock::now() >= deadline) return std::nullopt;
 
-    const std::size_t window = Watch::window(st.ahead.size(), st.limit);
+    const std::size_t window = Watch::window(st.ahead.size(), st.limit, look_ahead(s));
     if (window == 0) {  // the lock node's children: any join or leave may be our turn
       if (at.children_armed()) {  // this listing armed it: wait for a change, then look again
         at.prepare_wait();

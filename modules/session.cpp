@@ -251,6 +251,7 @@ struct session_impl {
 
   session_options opts;
   std::string chroot;
+  round_trip_meter round_trips;  // its reads' latencies (look_ahead)
 
   mutable std::mutex mu;  // guards everything below but zh
   mutable std::condition_variable cv;
@@ -920,6 +921,8 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: auth scheme and credential are over 64 KiB (the server would drop the connection)");
   if (options.loss_tolerance < std::chrono::milliseconds::zero())
     throw std::invalid_argument("zklock::session: loss_tolerance must not be negative (zero = the default)");
+  if (options.look_ahead_round_trip < std::chrono::microseconds::zero())
+    throw std::invalid_argument("zklock::session: look_ahead_round_trip must not be negative (zero = always)");
   impl_ = std::make_unique<detail::session_impl>(std::move(options));
   impl_->chroot = std::move(chroot);
   impl_->open_handle(true);  // throws; nothing else to undo yet
@@ -1613,6 +1616,16 @@ std::stop_token loss_token(const session& sess, std::uint64_t generation) {
   std::stop_source gone;
   gone.request_stop();
   return gone.get_token();
+}
+
+round_trip_meter& round_trips(session& sess) noexcept { return sess.impl().round_trips; }
+
+bool look_ahead(session& sess) noexcept {
+  session_impl& s = sess.impl();
+  const auto limit = s.opts.look_ahead_round_trip;
+  if (limit == std::chrono::microseconds::zero()) return true;
+  const auto rtt = s.round_trips.estimate();
+  return !rtt || *rtt > limit;
 }
 
 bool session_alive_for(const session& sess, const held_node& n) noexcept {

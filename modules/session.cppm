@@ -56,6 +56,17 @@ struct session_options {
   /// trip (and is granted only after it is gone). A delete whose reply is lost is retried in the
   /// background, as always. Default false: the node is gone when unlock() returns.
   bool background_release = false;
+  /// A semaphore's waiting contender watches as many leases ahead as may remain when it holds (L)
+  /// while a round trip to the server is at most this long, and twice as many (2L) when it is
+  /// longer: it then lists again while the leases just ahead are still held, so that their release
+  /// grants it with no further request, one round trip per handoff instead of two, at the price of
+  /// 2L watches (every release wakes 2L waiters, not L). Cheap round trips (loopback, one rack) make
+  /// those wake-ups the cost that counts; dear ones (across racks or zones) make the round trips
+  /// count. (Mutexes and read/write locks always look ahead: for them it costs one more watch and
+  /// one more listing per handoff.) The round trip is the session's recent minimum read latency
+  /// (until it has one: looked ahead). Zero: always look ahead; microseconds::max(): never.
+  /// Applies to the predecessor watch strategy.
+  std::chrono::microseconds look_ahead_round_trip{1000};
 };
 
 /// Receives one line of the ZooKeeper C client's log. Called on the client's threads, so it must

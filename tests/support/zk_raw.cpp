@@ -22,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 #include <zookeeper/zookeeper.h>
@@ -238,6 +239,12 @@ zklock::session_options options(std::chrono::milliseconds session_timeout) {
   o.connect = connect();
   o.session_timeout = session_timeout;
   o.connect_timeout = std::chrono::seconds{15};
+  // Waiters look one handoff ahead whatever the round trip (a semaphore's choice depends on the
+  // measured round trip, which a test cannot pin); with ZKLOCK_TEST_LOOK_AHEAD=never a semaphore's
+  // waiters watch only the L nearest leases ahead (what a loopback session chooses).
+  const char* look = std::getenv("ZKLOCK_TEST_LOOK_AHEAD");
+  o.look_ahead_round_trip = look && std::string_view{look} == "never" ? std::chrono::microseconds::max()
+                                                                      : std::chrono::microseconds::zero();
   return o;
 }
 

@@ -52,7 +52,8 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds d);
 /// zk_watch_count), or -1 if it cannot be read. Server-wide: use it on a private_server.
 long long server_watch_count();
 
-/// Returns: session options for tests: ZKLOCK_TEST_ZK, short timeouts.
+/// Returns: session options for tests: ZKLOCK_TEST_ZK, short timeouts, semaphore waiters that look
+/// one handoff ahead (or, with ZKLOCK_TEST_LOOK_AHEAD=never, that never do).
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
 
 /// Returns: a TCP port on 127.0.0.1 where nothing listens (bound once to port 0, then released).

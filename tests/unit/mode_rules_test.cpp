@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The mode rules: who holds, and what each waiter watches.
+#include <chrono>
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
@@ -108,22 +109,57 @@ TEST(Tally, WatchingTwiceTheLimitListsWhileTheNextHolderStillHolds) {
   // A mutex waiter with three ahead watches the nearest two (window = 2 * limit): the holder's
   // deletion is unseen; the next one's (the contender two ahead, now the holder) makes it list, at
   // which point only the contender just ahead is left, watched already.
-  constexpr std::size_t w = zklock::watch_predecessor::window(3, 1);
+  constexpr std::size_t w = zklock::watch_predecessor::window(3, 1, true);
   static_assert(w == 2);
   tally t{3, 1, w, 1};
   EXPECT_TRUE(t.must_relist());
-  const tally after{1, 1, zklock::watch_predecessor::window(1, 1), 0};
+  const tally after{1, 1, zklock::watch_predecessor::window(1, 1, true), 0};
   EXPECT_EQ(after.watched, 1u);
   EXPECT_FALSE(after.proves_held());
   EXPECT_TRUE((tally{1, 1, 1, 1}.proves_held()));
 }
 
 TEST(Tally, WatchStrategiesChooseTheirWindow) {
-  static_assert(zklock::watch_predecessor::window(10, 1) == 2);
-  static_assert(zklock::watch_predecessor::window(10, 4) == 8);   // semaphore of 4 leases
-  static_assert(zklock::watch_predecessor::window(3, 4) == 3);    // all of them
-  static_assert(zklock::watch_predecessor::window(100, 16) == 32);
-  static_assert(zklock::watch_predecessor::window(100, 17) == 0);  // too many leases: children
-  static_assert(zklock::watch_children::window(10, 1) == 0);
+  // Dear round trips: look one handoff ahead.
+  static_assert(zklock::watch_predecessor::window(10, 1, true) == 2);
+  static_assert(zklock::watch_predecessor::window(10, 4, true) == 8);   // semaphore of 4 leases
+  static_assert(zklock::watch_predecessor::window(3, 4, true) == 3);    // all of them
+  static_assert(zklock::watch_predecessor::window(100, 16, true) == 32);
+  static_assert(zklock::watch_predecessor::window(100, 17, true) == 0);  // too many leases: children
+  // Cheap round trips: only those that may remain (the predecessor, for a mutex).
+  static_assert(zklock::watch_predecessor::window(10, 1, false) == 2);  // a mutex looks ahead anyway
+  static_assert(zklock::watch_predecessor::window(10, 4, false) == 4);  // a semaphore: the L nearest
+  static_assert(zklock::watch_predecessor::window(3, 4, false) == 3);
+  static_assert(zklock::watch_predecessor::window(100, 17, false) == 0);
+  static_assert(zklock::watch_children::window(10, 1, true) == 0);
+  static_assert(zklock::watch_children::window(10, 1, false) == 0);
   SUCCEED();
+}
+
+TEST(Tally, ASemaphoreWaiterWatchingTheLNearestListsAtTheFirstDeletionWhenMoreWereAhead) {
+  // 2 leases, 5 ahead, round trips cheap: it watches the 2 nearest. The first of them to go proves
+  // too little (3 beyond may stand), so it lists; with 2 ahead, both deletions prove it held.
+  constexpr std::size_t w = zklock::watch_predecessor::window(5, 2, false);
+  static_assert(w == 2);
+  EXPECT_TRUE((tally{5, 2, w, 1}.must_relist()));
+  EXPECT_FALSE((tally{5, 2, w, 1}.proves_held()));
+  EXPECT_FALSE((tally{2, 2, w, 0}.proves_held()));
+  EXPECT_TRUE((tally{2, 2, w, 1}.proves_held()));
+}
+
+TEST(RoundTripMeter, TheRecentMinimumOfTwoRunsOfSixteen) {
+  using std::chrono::microseconds;
+  zklock::detail::round_trip_meter m;
+  EXPECT_FALSE(m.estimate().has_value());
+  m.note(microseconds{900});
+  EXPECT_EQ(m.estimate(), microseconds{900});
+  m.note(microseconds{200});  // a quick read lowers it at once
+  for (int i = 0; i < 14; ++i) m.note(microseconds{5000});  // a busy server's slow ones do not
+  EXPECT_EQ(m.estimate(), microseconds{200});
+  for (int i = 0; i < 15; ++i) m.note(microseconds{3000});  // within the next run: remembered
+  EXPECT_EQ(m.estimate(), microseconds{200});
+  m.note(microseconds{3000});  // a whole run slower: the network got slower
+  EXPECT_EQ(m.estimate(), microseconds{3000});
+  for (int i = 0; i < 16; ++i) m.note(microseconds{150});
+  EXPECT_EQ(m.estimate(), microseconds{150});
 }
