@@ -1624,8 +1624,10 @@ bool look_ahead(session& sess) noexcept {
   session_impl& s = sess.impl();
   const auto limit = s.opts.look_ahead_round_trip;
   if (limit == std::chrono::microseconds::zero()) return true;
+  if (limit == std::chrono::microseconds::max()) return false;
   const auto rtt = s.round_trips.estimate();
-  return !rtt || *rtt > limit;
+  // In microseconds: a limit near max() would overflow as nanoseconds.
+  return !rtt || std::chrono::duration_cast<std::chrono::microseconds>(*rtt) > limit;
 }
 
 bool session_alive_for(const session& sess, const held_node& n) noexcept {

@@ -556,6 +556,7 @@ TEST(SessionBadInput, MalformedInputIsRejectedAtOnce) {
       {"NUL in the scheme", [](auto& o) { o.auth = zklock::auth_info{std::string{"dig\0est", 7}, "u:p"}; }},
       {"1 MiB credential", [](auto& o) { o.auth = zklock::digest("u", std::string(1 << 20, 'p')); }},
       {"negative loss_tolerance", [](auto& o) { o.loss_tolerance = -1ms; }},
+      {"negative look_ahead_round_trip", [](auto& o) { o.look_ahead_round_trip = -1us; }},
   };
   for (const auto& b : options) {
     SCOPED_TRACE(b.what);
