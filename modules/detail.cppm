@@ -18,7 +18,6 @@ import :session;
 
 export namespace zklock::detail {
 
-
 /// The clock of every deadline in zklock (try_lock_until converts other clocks to it once).
 using clock = std::chrono::steady_clock;
 
