@@ -347,7 +347,8 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
 
 /// Returns: the current session's password (16 bytes), for tools that open a second handle on
-/// the same session (tests that force an expiry).
+/// the same session (tests that force an expiry): session::credentials().password, or "" while
+/// there is no live session.
 std::string session_password(const session& s);
 
 /// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".

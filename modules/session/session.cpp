@@ -270,6 +270,20 @@ void session::reestablish() {
 
 const session_options& session::options() const noexcept { return impl_->opts; }
 
+session_credentials session::credentials() const {
+  detail::session_impl& s = *impl_;
+  std::shared_lock hl{s.handle_mu};  // the handle stays while we read its id
+  std::lock_guard lk{s.mu};
+  if (s.closed) throw_error(errc::session_closed, "zklock::session::credentials");
+  // Expired, or a new handle still connecting: there is no session a second handle could join.
+  if (s.st == session_state::expired || s.st == session_state::connecting || !s.zh || s.sid == 0)
+    throw_error(errc::session_expired, "zklock::session::credentials: no live session");
+  const clientid_t* id = ::zoo_client_id(s.zh);
+  if (!id || id->client_id != s.sid)
+    throw_error(errc::session_expired, "zklock::session::credentials: no live session");
+  return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
+}
+
 // ---- generations, for the lock algorithm -----------------------------------------------------------
 
 namespace detail {
@@ -320,11 +334,11 @@ bool session_alive_for(const session& sess, const held_node& n) noexcept {
 }
 
 std::string session_password(const session& sess) {
-  session_impl& s = sess.impl();
-  std::shared_lock hl{s.handle_mu};
-  if (!s.zh) return {};
-  const clientid_t* id = zoo_client_id(s.zh);
-  return id ? std::string{id->passwd, sizeof id->passwd} : std::string{};
+  try {
+    return sess.credentials().password;
+  } catch (const std::system_error&) {  // no live session: nothing to attach to
+    return {};
+  }
 }
 
 }  // namespace detail
