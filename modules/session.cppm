@@ -90,7 +90,7 @@ struct session_credentials {
 };
 
 namespace detail {
-/// The state behind a session (defined in session.cpp); not for users.
+/// The state behind a session (defined in modules/session/session_impl.cppm); not for users.
 struct session_impl;
 }  // namespace detail
 
