@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pure logic of the algorithm: path checks, contender names, queue order, ids.
+// Pure logic of the algorithm: path checks, contender names, queue order, ids, ACL judgement.
+// The ZooKeeper operations that :detail declares (create_and_list, watch_node, ...) are in
+// modules/session/ (contenders.cpp, watches.cpp, background.cpp, nodes.cpp), connect strings too.
 module;
 #include <array>
 #include <charconv>

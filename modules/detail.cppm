@@ -65,6 +65,11 @@ bool look_ahead(session& s) noexcept;
 /// 1024 bytes, not "/"). Throws: std::invalid_argument naming `what` and the problem.
 void validate_path(std::string_view path, std::string_view what);
 
+/// Effects: checks a connect string, "host:port[,host:port...][/chroot]": each host non-empty, of
+/// letters, digits, '.', '-', '_' and ':' (IPv6 in brackets: "[addr]:port"), each port in 1..65535,
+/// the chroot a valid path. Returns: the chroot ("" if none). Throws: std::invalid_argument.
+std::string validate_connect(std::string_view connect);
+
 /// Which side of a lock a contender node stands for (from its name).
 enum class contender_kind : std::uint8_t { lock, read, write, lease };
 
@@ -342,7 +347,8 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
 
 /// Returns: the current session's password (16 bytes), for tools that open a second handle on
-/// the same session (tests that force an expiry).
+/// the same session (tests that force an expiry): session::credentials().password, or "" while
+/// there is no live session.
 std::string session_password(const session& s);
 
 /// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".

@@ -83,8 +83,14 @@ void set_log_handler(log_handler h);
 /// remove listeners, or close the session.
 using state_listener = std::function<void(session_state)>;
 
+/// What a second handle needs to attach to a session (e.g. a test that ends it on the server).
+struct session_credentials {
+  std::int64_t id = 0;   ///< the server's session id, as session::id()
+  std::string password;  ///< the session's password: 16 bytes, not text
+};
+
 namespace detail {
-/// The state behind a session (defined in session.cpp); not for users.
+/// The state behind a session (defined in modules/session/session_impl.cppm); not for users.
 struct session_impl;
 }  // namespace detail
 
@@ -153,6 +159,12 @@ class session {
   /// earlier change not delivered yet (unless close() is called from a listener). Idempotent;
   /// never throws.
   void close() noexcept;
+
+  /// Returns: the id and password of the current session, for a second handle on the same session
+  /// (a test or tool that expires it on the server). Throws: std::system_error: session_closed
+  /// after close(); session_expired while there is no live session (expired, or a new one still
+  /// connecting).
+  session_credentials credentials() const;
 
   /// Returns: the options this session was opened with.
   const session_options& options() const noexcept;

@@ -358,6 +358,36 @@ TEST(SessionExpiry, WithoutAutomaticReestablishmentItStaysExpired) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// credentials() is what a second handle needs to join the session: only the right password ends it
+// from outside; without a live session there are none.
+TEST(SessionCredentials, LetASecondHandleEndTheSession) {
+  auto o = zkt::options();
+  o.reestablish_after_expiry = false;
+  zklock::session s{o};
+  const zklock::session_credentials c = s.credentials();
+  EXPECT_NE(c.id, 0);
+  EXPECT_EQ(c.id, s.id());
+  EXPECT_EQ(c.password.size(), 16u);
+  EXPECT_EQ(c.password, zklock::detail::session_password(s));
+
+  // A wrong password: the server refuses the second handle (it is told "expired"), ours lives on.
+  std::string wrong = c.password;
+  wrong[0] = static_cast<char>(wrong[0] ^ 0x5a);
+  ASSERT_TRUE(zkt::expire_session(c.id, wrong));
+  s.flush();
+  EXPECT_EQ(s.state(), session_state::connected);
+  EXPECT_EQ(s.id(), c.id);
+
+  // The right one: the second handle joins the session and closes it.
+  ASSERT_TRUE(zkt::expire_session(c.id, c.password));
+  ASSERT_TRUE(s.wait_for(session_state::expired, patience));
+  expect_error([&] { (void)s.credentials(); }, zklock::errc::session_expired, "credentials() once expired");
+  EXPECT_EQ(zklock::detail::session_password(s), "");
+
+  s.close();
+  expect_error([&] { (void)s.credentials(); }, zklock::errc::session_closed, "credentials() after close()");
+}
+
 TEST(SessionListeners, RemovedListenersAreNotCalledAndThrowingOnesDoNoHarm) {
   state_log kept;
   std::atomic<int> removed_calls{0};

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// Deletes of our own nodes, and their retries. release_node deletes a released contender node on
+// the caller's thread (waiting for the reply, or not with session_options::background_release); a
+// delete whose outcome is unknown, or asked for while disconnected, goes to the session worker,
+// which sends it once connected without waiting for the reply (send_pending); the replies arrive
+// on the C client's completion thread, which hands unknown outcomes back to the worker.
+module;
+// The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+#include <zookeeper/zookeeper.h>
+module zklock;
+import :session_impl;
+
+namespace zklock::detail {
+
+namespace {
+
+/// Returns: whether `rc`, a delete's answer, is the server refusing it (not done, gone already,
+/// to be retried, or gone with the session).
+bool refused_delete(int rc) noexcept {
+  return !(rc == ZOK || rc == ZNONODE || unknown_outcome(rc) || rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE ||
+           rc == ZCLOSING);
+}
+
+/// Effects: if the server refused to delete `path` (e.g. NOAUTH: the lock node's ACL lets us
+/// create but not delete), says so through the log handler. Such a delete is not retried (the
+/// answer would not change); the node stays until its session ends. Never throws.
+void log_refused_delete(const std::string& path, int rc) noexcept {
+  if (!refused_delete(rc)) return;  // gone, to be retried, or gone with the session
+  try {
+    const std::string line = "zklock: the server refused to delete " + path + ": " + zerror(rc) + " (" +
+                             std::to_string(rc) + "); it stays until its session ends";
+    zk_log_line(line.c_str());
+  } catch (...) {  // allocation failure, or a throwing log handler: nothing more to do
+  }
+}
+
+/// A delete sent without waiting for its reply (session_options::background_release).
+struct background_delete {
+  session_impl* s;
+  pending_delete p;
+};
+
+/// Ends a background request when a completion returns, whichever way it returns.
+struct background_done {
+  session_impl* s;
+  ~background_done() { s->end_background(); }
+};
+
+/// Effects: sends one background request for `p`: `send(zh, box)` is a zoo_a* call whose
+/// completion owns the box from then on and ends the request with a background_done.
+/// Returns: false if it could not be sent (then nothing was done); true also if the handle is gone.
+template <class Send>
+bool send_in_background(session_impl& s, const pending_delete& p, Send send) {
+  std::shared_lock hl{s.handle_mu};
+  if (!s.zh) return true;
+  auto box = std::make_unique<background_delete>(background_delete{&s, p});
+  s.begin_background();
+  if (send(s.zh, box.get()) != ZOK) {
+    s.end_background();
+    return false;
+  }
+  box.release();  // owned by the completion now, which always comes (reply, loss or close)
+  return true;
+}
+
+/// The listing of a lock node under which a node of ours (by its prefix) may stand: each one found
+/// goes back to the worker as a plain delete. (On the client's completion thread: it must not
+/// take handle_mu, which close_handle() holds while it joins that thread.)
+extern "C" void on_prefixed_listing(int rc, const struct String_vector* kids, const void* data) noexcept {
+  std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+  const background_done done{box->s};
+  try {
+    if (unknown_outcome(rc)) {
+      box->s->defer_delete(std::move(box->p));
+      return;
+    }
+    if (rc != ZOK || !kids) return;  // the lock node is gone, and our node with it
+    for (int i = 0; i < kids->count; ++i)
+      if (std::string_view{kids->data[i]}.starts_with(box->p.prefix))
+        box->s->defer_delete({box->p.path + "/" + kids->data[i], {}, box->p.generation});
+  } catch (...) {  // allocation failure: the node goes with the session
+  }
+}
+
+extern "C" void on_background_delete(int rc, const void* data) noexcept {
+  std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
+  const background_done done{box->s};
+  log_refused_delete(box->p.path, rc);
+  if (!unknown_outcome(rc)) return;
+  try {
+    box->s->defer_delete(std::move(box->p));  // the worker deletes it once connected again
+  } catch (...) {  // allocation failure: the node goes with the session
+  }
+}
+
+}  // namespace
+
+/// Effects: sends what `p` asks for without waiting for the server: the worker must never block
+/// on the network, since it also keeps the loss clock (a synchronous call can wait a whole
+/// connection timeout, or several while the client reconnects into a partition). A completion
+/// whose outcome is unknown hands the work back to the worker. Returns: false if it could not be
+/// sent (keep it pending).
+bool session_impl::send_pending(const pending_delete& p) {
+  if (p.prefix.empty()) return delete_in_background(p);
+  return send_in_background(*this, p, [](zhandle_t* h, background_delete* box) {
+    return zoo_aget_children(h, box->p.path.c_str(), 0, &on_prefixed_listing, box);
+  });
+}
+
+/// Effects: deletes the node p.path and waits for the reply (an unlock() on the caller's thread).
+/// Returns: false if the outcome is unknown (hand it to the worker).
+bool session_impl::delete_now(const pending_delete& p, int* result) {
+  std::shared_lock hl{handle_mu};
+  if (!zh) return true;
+  const int rc = zoo_delete(zh, p.path.c_str(), -1);
+  if (result) *result = rc;
+  log_refused_delete(p.path, rc);
+  return !unknown_outcome(rc);
+}
+
+/// Effects: counts a background request about to be sent (see inflight).
+void session_impl::begin_background() {
+  std::lock_guard lk{mu};
+  ++inflight;
+}
+
+/// Effects: counts a background request done: its completion ran, or it could not be sent.
+/// Wakes shutdown() when it waits for the last one (nobody else waits for them: a wake-up per
+/// release would cost the worker a context switch for nothing).
+void session_impl::end_background() noexcept {
+  bool last_while_closing;
+  {
+    std::lock_guard lk{mu};
+    last_while_closing = --inflight == 0 && closed;
+  }
+  if (last_while_closing) cv.notify_all();
+}
+
+/// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
+/// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
+bool session_impl::delete_in_background(const pending_delete& p) {
+  return send_in_background(*this, p, [](zhandle_t* h, background_delete* box) {
+    return zoo_adelete(h, box->p.path.c_str(), -1, &on_background_delete, box);
+  });
+}
+
+/// Effects: hands `p` to the worker, unless its session is gone (and the node with it).
+void session_impl::defer_delete(pending_delete p) {
+  std::lock_guard lk{mu};
+  if (closed || p.generation != gen || st == session_state::expired) return;  // gone with its session
+  pending.push_back(std::move(p));
+  cv.notify_all();
+}
+
+std::error_code release_node(session& sess, const held_node& n) noexcept {
+  session_impl& s = sess.impl();
+  try {
+    pending_delete p{n.path, {}, n.generation};
+    {
+      std::lock_guard lk{s.mu};
+      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return {};
+      if (s.st != session_state::connected) {
+        s.pending.push_back(std::move(p));
+        s.cv.notify_all();
+        return {};
+      }
+    }
+    if (s.opts.background_release && s.delete_in_background(p)) return {};
+    int rc = ZOK;
+    if (!s.delete_now(p, &rc)) s.defer_delete(std::move(p));
+    if (refused_delete(rc)) return make_error_code(static_cast<errc>(rc));
+  } catch (...) {  // allocation failure: nothing sensible left to do
+  }
+  return {};
+}
+
+}  // namespace zklock::detail

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+// Contender creation: the ephemeral sequential node a lock call queues with. create_and_list sends
+// the create and the first listing together (pipelined); a create whose outcome is unknown is
+// settled by protected creation (find the node by its unique prefix, adopt it only if this session
+// owns it); missing lock nodes are created as containers; the lock node's ACL is checked once per
+// path. Also the ACL of every node zklock creates. Runs on the caller's thread; the pipelined
+// replies arrive on the C client's completion thread.
+module;
+// The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+#include <zookeeper/zookeeper.h>
+module zklock;
+import :session_impl;
+
+namespace zklock::detail {
+
+namespace {
+
+constexpr std::size_t path_buffer = 1200;
+
+// The ACL of every node zklock creates (lock nodes and their missing parents, contender nodes,
+// semaphore nodes) in a session with credentials: the creator may do everything — ZooKeeper's
+// "auth" id stands for every identity the session authenticated with, e.g. digest user:hash, so
+// all sessions of one digest user share these rights — and everybody else may only read (list
+// the queue, read a holder's data, watch). ZooKeeper checks CREATE and DELETE on the parent, so
+// a stranger can neither queue under such a lock node nor delete a holder's node: both give
+// NOAUTH (errc::no_auth). A lock node that already existed keeps its own ACL, which then decides.
+char g_auth_scheme[] = "auth";
+char g_auth_id[] = "";
+char g_world_scheme[] = "world";
+char g_world_id[] = "anyone";
+ACL g_creator_all_world_read[] = {{ZOO_PERM_ALL, {g_auth_scheme, g_auth_id}},
+                                  {ZOO_PERM_READ, {g_world_scheme, g_world_id}}};
+ACL_vector CREATOR_ALL_WORLD_READ_ACL{2, g_creator_all_world_read};
+
+}  // namespace
+
+/// Returns: the ACL of the nodes zklock creates: creator-all + world-read with credentials
+/// (see above), ZOO_OPEN_ACL_UNSAFE without.
+ACL_vector* contender_acl(session_impl& s) {
+  return s.opts.auth ? &CREATOR_ALL_WORLD_READ_ACL : &ZOO_OPEN_ACL_UNSAFE;
+}
+
+/// Creates every missing ancestor of `path` and `path` itself as container nodes.
+std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
+                                     clock::time_point deadline, std::size_t* sent) {
+  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    const std::string prefix = path.substr(0, pos);
+    if (sent) ++*sent;
+    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
+      return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
+    });
+    if (!rc) return std::nullopt;
+    if (*rc != ZOK && *rc != ZNODEEXISTS) return rc;
+  }
+  return ZOK;
+}
+
+
+namespace {
+
+/// Effects: once per session and lock path, reads the lock node's ACL and refuses to queue there
+/// if it would not let this session delete its contender node again (ZooKeeper checks DELETE on
+/// the parent): the create would succeed and the release fail, leaving a node that blocks the
+/// queue for the whole session. A missing lock node is fine: zklock creates it with an ACL that
+/// lets its creator delete. Returns: false if `deadline` passed. Throws: errc::no_auth.
+bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g, clock::time_point deadline,
+                     std::size_t* sent) {
+  {
+    std::lock_guard lk{s.mu};
+    if (s.deletable.contains(lock_path)) return true;
+  }
+  ACL_vector acl{};
+  struct Stat st {};
+  if (sent) ++*sent;
+  auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
+  if (!rc) return false;
+  if (*rc == ZOK) {
+    std::vector<acl_entry> entries;
+    for (int i = 0; i < acl.count; ++i)
+      entries.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
+                         acl.data[i].id.id ? acl.data[i].id.id : ""});
+    deallocate_ACL_vector(&acl);
+    const std::string me =
+        s.opts.auth && s.opts.auth->scheme == "digest" ? digest_identity(s.opts.auth->credential) : std::string{};
+    if (!acl_may_delete(entries, me))
+      throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
+                                     " does not let this session delete its contender node again (no DELETE "
+                                     "permission for world:anyone or our digest user): refusing to queue there");
+  } else if (*rc != ZNONODE) {
+    fail(*rc, "zklock: reading the ACL of " + lock_path);
+  }
+  std::lock_guard lk{s.mu};
+  s.deletable.insert(lock_path);
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
+                                               std::string_view data, clock::time_point deadline, std::uint64_t g,
+                                               bool maybe_created, std::size_t* sent);
+
+/// The replies of a pipelined create + listing, filled in by the client's completion thread.
+struct pipelined_replies {
+  std::mutex mu;
+  std::condition_variable cv;
+  int outstanding = 0;
+  int create_rc = ZSYSTEMERROR;
+  std::string created;
+  std::int64_t czxid = 0;
+  int list_rc = ZSYSTEMERROR;
+  std::vector<std::string> kids;
+
+  void done() {
+    // notify under the lock: the waiter may destroy *this as soon as it sees outstanding == 0
+    std::lock_guard lk{mu};
+    --outstanding;
+    cv.notify_all();
+  }
+};
+
+extern "C" void on_pipelined_create(int rc, const char* name, const struct Stat* st, const void* data) {
+  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{r->mu};
+    r->create_rc = rc;
+    if (rc == ZOK) {
+      try {
+        r->created = name ? name : "";
+      } catch (...) {
+        r->create_rc = ZSYSTEMERROR;  // allocation failure: treated as an unknown outcome below
+      }
+      r->czxid = st ? st->czxid : 0;
+    }
+  }
+  r->done();
+}
+
+extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, const void* data) {
+  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{r->mu};
+    r->list_rc = rc;
+    if (rc == ZOK && kids) {
+      try {
+        r->kids.reserve(static_cast<std::size_t>(kids->count));
+        for (int i = 0; i < kids->count; ++i) r->kids.emplace_back(kids->data[i]);
+      } catch (...) {
+        r->list_rc = ZSYSTEMERROR;  // the caller lists again
+      }
+    }
+  }
+  r->done();
+}
+
+}  // namespace
+
+std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
+                                           std::string_view data, clock::time_point deadline, std::size_t* sent) {
+  session_impl& s = sess.impl();
+  const std::uint64_t g = s.current_gen();
+  if (!check_deletable(s, lock_path, g, deadline, sent)) return std::nullopt;
+  const std::string node_prefix = lock_path + "/" + prefix;
+  pipelined_replies r;
+  {
+    std::shared_lock hl{s.handle_mu};  // as a synchronous call: the handle stays open meanwhile
+    {
+      std::lock_guard lk{s.mu};
+      if (s.closed) throw_error(errc::session_closed, "zklock");
+      if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
+    }
+    r.outstanding = 2;
+    const int crc = zoo_acreate2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+                                 contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
+    if (crc == ZOK && sent) ++*sent;
+    if (crc != ZOK) {
+      // Not sent (the handle is not connected, or bad arguments): the one-request path decides.
+      hl.unlock();
+      auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
+      if (!node) return std::nullopt;
+      return queued_node{std::move(*node), std::nullopt};
+    }
+    const int lrc = zoo_aget_children(s.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
+    if (lrc == ZOK && sent) ++*sent;
+    std::unique_lock lk{r.mu};
+    if (lrc != ZOK) --r.outstanding;  // no completion will come for it
+    // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
+    r.cv.wait(lk, [&] { return r.outstanding == 0; });
+  }
+  if (r.create_rc == ZOK) {
+    queued_node q{held_node{std::move(r.created), r.czxid, g}, std::nullopt};
+    if (r.list_rc == ZOK) q.listing = std::move(r.kids);
+    return q;
+  }
+  // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost): the one-request
+  // path handles each case, adopting a node that was created after all.
+  auto node = create_contender_from(s, lock_path, prefix, data, deadline, g,
+                                    unknown_outcome(r.create_rc) || r.create_rc == ZSYSTEMERROR, sent);
+  if (!node) return std::nullopt;
+  return queued_node{std::move(*node), std::nullopt};
+}
+
+std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
+                                          std::string_view data, clock::time_point deadline) {
+  session_impl& s = sess.impl();
+  const std::uint64_t g = s.current_gen();
+  if (!check_deletable(s, lock_path, g, deadline, nullptr)) return std::nullopt;
+  return create_contender_from(s, lock_path, prefix, data, deadline, g, false, nullptr);
+}
+
+namespace {
+
+std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
+                                               std::string_view data, clock::time_point deadline, std::uint64_t g,
+                                               bool maybe_created, std::size_t* sent) {
+  const std::string node_prefix = lock_path + "/" + prefix;
+  auto give_up = [&]() -> std::optional<held_node> {
+    if (maybe_created) s.defer_delete({lock_path, prefix, g});
+    return std::nullopt;
+  };
+  for (;;) {
+    if (maybe_created) {
+      // Protected creation: find the node by its unique prefix, adopt it only if it is ours.
+      String_vector kids{};
+      if (sent) ++*sent;
+      auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
+      if (!rc) return give_up();
+      std::string found;
+      if (*rc == ZOK) {
+        for (int i = 0; i < kids.count; ++i)
+          if (std::string_view{kids.data[i]}.starts_with(prefix)) found = kids.data[i];
+        deallocate_String_vector(&kids);
+      } else if (*rc != ZNONODE) {
+        // We cannot look (e.g. NOAUTH on reading the lock node): a node of ours may exist. The
+        // session tries to remove it (it can only if it may list), and we report the refusal.
+        give_up();
+        fail(*rc, "zklock: looking for our contender under " + lock_path);
+      }
+      if (!found.empty()) {
+        const std::string full = lock_path + "/" + found;
+        struct Stat st {};
+        if (sent) ++*sent;
+        auto rc2 = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
+        if (!rc2) return give_up();
+        std::int64_t mine;
+        {
+          std::lock_guard lk{s.mu};
+          mine = s.sid;
+        }
+        if (*rc2 == ZOK && st.ephemeralOwner == mine) return held_node{full, st.czxid, g};
+      }
+      maybe_created = false;
+    }
+    char created[path_buffer];
+    struct Stat st {};
+    std::optional<int> rc;
+    {
+      std::shared_lock hl{s.handle_mu};
+      {
+        std::lock_guard lk{s.mu};
+        if (s.closed) throw_error(errc::session_closed, "zklock");
+        if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
+      }
+      if (sent) ++*sent;
+      rc = zoo_create2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+                       ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &st);
+    }
+    if (*rc == ZOK) return held_node{created, st.czxid, g};
+    if (*rc == ZNONODE) {
+      auto rc2 = ensure_containers(s, lock_path, g, deadline, sent);
+      if (!rc2) return give_up();
+      if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + lock_path);
+      continue;
+    }
+    if (*rc == ZSESSIONEXPIRED || *rc == ZINVALIDSTATE) throw_error(errc::session_expired, "zklock");
+    if (*rc == ZCLOSING) throw_error(errc::session_closed, "zklock");
+    if (unknown_outcome(*rc)) {
+      maybe_created = true;
+      try {
+        if (!s.wait_connected(deadline, g)) return give_up();
+      } catch (...) {
+        give_up();
+        throw;
+      }
+      continue;
+    }
+    fail(*rc, "zklock: creating a contender under " + lock_path);
+  }
+}
+
+}  // namespace
+
+}  // namespace zklock::detail
