@@ -1609,6 +1609,14 @@ bool await_next_session(session& sess, std::uint64_t generation, clock::time_poi
   throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
 }
 
+}  // namespace detail
+
+bool session::await_next_generation(std::uint64_t generation, std::chrono::steady_clock::time_point deadline) {
+  return detail::await_next_session(*this, generation, deadline);
+}
+
+namespace detail {
+
 std::stop_token loss_token(const session& sess, std::uint64_t generation) {
   session_impl& s = sess.impl();
   std::lock_guard lk{s.mu};
