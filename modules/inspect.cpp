@@ -4,12 +4,18 @@ module;
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
+#include <stdexcept>
 #include <system_error>
+#include <utility>
 #include <vector>
 module zklock;
 
@@ -68,7 +74,143 @@ std::optional<std::size_t> stored_leases(session& s, const std::string& path) {
   return static_cast<std::size_t>(*n);
 }
 
+// A hold record is an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
+// holding "granted=<unix ms> waited=<ms> ahead=<n> wakeups=<n> requests=<n>". Not the contender
+// node's own data: a changed contender node means something to the lock (a semaphore's poke), and
+// the name is no contender to zklock or Curator (no marker; it sorts after every sequence number).
+constexpr std::string_view record_prefix = "zkstats-";
+
+/// Returns: the record in `data`, if every field is there, whole and not negative.
+std::optional<hold_record> parse_record(std::string_view data) {
+  long long granted = 0, waited = 0, ahead = 0, wakeups = 0, requests = 0;
+  const std::pair<std::string_view, long long*> fields[] = {
+      {"granted=", &granted}, {"waited=", &waited}, {"ahead=", &ahead}, {"wakeups=", &wakeups}, {"requests=", &requests}};
+  unsigned found = 0;
+  for (std::string_view rest = data; !rest.empty();) {
+    const auto sp = rest.find(' ');
+    const std::string_view word = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    for (std::size_t i = 0; i < std::size(fields); ++i) {
+      if (!word.starts_with(fields[i].first)) continue;
+      const auto n = whole_number(word.substr(fields[i].first.size()));
+      if (n && *n >= 0) {
+        *fields[i].second = *n;
+        found |= 1u << i;
+      }
+    }
+  }
+  if (found != (1u << std::size(fields)) - 1) return std::nullopt;
+  hold_record r;
+  r.granted = std::chrono::system_clock::time_point{std::chrono::milliseconds{granted}};
+  r.waited = std::chrono::milliseconds{waited};
+  r.ahead = static_cast<std::size_t>(ahead);
+  r.wakeups = static_cast<std::size_t>(wakeups);
+  r.requests = static_cast<std::size_t>(requests);
+  return r;
+}
+
+/// Returns: the token a hold record's node name `name` is for, if it is one.
+std::optional<std::int64_t> record_token(std::string_view name) {
+  if (!name.starts_with(record_prefix)) return std::nullopt;
+  const auto n = whole_number(name.substr(record_prefix.size()));
+  if (!n || *n < 1) return std::nullopt;
+  return *n;
+}
+
+/// What wait_until_free blocks on: woken by its children watch (or the session's end), or by its
+/// stop token.
+class free_watch final : public detail::wake_target {
+ public:
+  void wake() noexcept override {
+    {
+      std::lock_guard lk{mu_};
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
+  /// Returns: whether it was woken before `deadline` and before `stop` was requested.
+  bool wait_until(detail::clock::time_point deadline, const std::stop_token& stop) {
+    std::unique_lock lk{mu_};
+    const bool woken = deadline == detail::clock::time_point::max()
+                           ? cv_.wait(lk, stop, [&] { return woken_; })
+                           : cv_.wait_until(lk, stop, deadline, [&] { return woken_; });
+    return woken && !stop.stop_requested();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  bool woken_ = false;
+};
+
 }  // namespace
+
+bool wait_until_free(session& s, std::string_view path_in, detail::clock::time_point deadline, std::stop_token stop) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  constexpr unsigned all_kinds = 0xf;
+  for (;;) {
+    if (stop.stop_requested()) return false;
+    const std::uint64_t generation = s.generation();
+    try {
+      const auto w = std::make_shared<free_watch>();
+      struct unwatch {  // on every way out (a no-op once the watch fired)
+        session& s;
+        const std::string& path;
+        const free_watch* w;
+        ~unwatch() { detail::drop_watch(s, path, true, w); }
+      } guard{s, path, w.get()};
+      const auto listing = detail::list_children(s, path, w, deadline);
+      if (!listing) return false;
+      if (detail::sorted_contenders(*listing, all_kinds).empty()) return true;
+      if (!w->wait_until(deadline, stop)) return false;
+    } catch (const std::system_error& e) {
+      if (e.code() != make_error_code(errc::session_expired)) throw;
+      if (!s.await_next_generation(generation, deadline)) throw;
+    }
+  }
+}
+
+stored_hold_record::stored_hold_record(stored_hold_record&& o) noexcept
+    : s_(std::exchange(o.s_, nullptr)), path_(std::exchange(o.path_, {})), generation_(o.generation_) {}
+
+stored_hold_record& stored_hold_record::operator=(stored_hold_record&& o) noexcept {
+  if (this != &o) {
+    release();
+    s_ = std::exchange(o.s_, nullptr);
+    path_ = std::exchange(o.path_, {});
+    generation_ = o.generation_;
+  }
+  return *this;
+}
+
+stored_hold_record::~stored_hold_record() { release(); }
+
+void stored_hold_record::release() noexcept {
+  if (!s_) return;
+  // A refusal (the lock node's ACL changed) leaves the node to its session's end: nothing to do.
+  (void)detail::release_node(*s_, detail::held_node{path_, 0, generation_});
+  s_ = nullptr;
+  path_.clear();
+}
+
+stored_hold_record record_hold(session& s, std::string_view path_in, std::int64_t token, const hold_record& r) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  if (token < 1) throw std::invalid_argument("zklock::record_hold: a fencing token is positive");
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const std::string data = "granted=" + std::to_string(duration_cast<milliseconds>(r.granted.time_since_epoch()).count()) +
+                           " waited=" + std::to_string(r.waited.count()) + " ahead=" + std::to_string(r.ahead) +
+                           " wakeups=" + std::to_string(r.wakeups) + " requests=" + std::to_string(r.requests);
+  const std::string node = path + "/" + std::string{record_prefix} + std::to_string(token);
+  const std::uint64_t generation = s.generation();
+  if (!detail::create_ephemeral(s, node, data))
+    throw_error(detail::read_node(s, node) ? errc::node_exists : errc::no_node, "zklock: recording a hold at " + node);
+  stored_hold_record out;
+  out.s_ = &s;
+  out.path_ = node;
+  out.generation_ = generation;
+  return out;
+}
 
 contender_identity parse_identity(std::string_view data) {
   contender_identity w;
@@ -142,6 +284,17 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
     }
   }
   for (std::size_t i = 0; i < out.size(); ++i) out[i].position = i;
+
+  // The holders' hold records (zklock exec stores one per hold; others store none).
+  for (const auto& name : *listing) {
+    const auto token = record_token(name);
+    if (!token) continue;
+    const auto holder = std::find_if(out.begin(), out.end(), [&](const contender_info& c) {
+      return c.token == *token && c.state == contender_state::holder;
+    });
+    if (holder == out.end()) continue;
+    if (const auto info = detail::read_node(s, path + "/" + name)) holder->record = parse_record(info->data);
+  }
   return out;
 }
 

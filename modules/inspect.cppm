@@ -7,6 +7,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,16 @@ struct contender_identity {
                                                                ///< lease: when it was granted)
 };
 
+/// What a holder's acquire cost, stored beside its hold by record_hold() for contenders() (and
+/// `zklock ls`) to report. `zklock exec` stores one for every hold it takes.
+struct hold_record {
+  std::chrono::system_clock::time_point granted{};  ///< when the hold was granted (ms precision)
+  std::chrono::milliseconds waited{0};              ///< from the acquire call to the grant
+  std::size_t ahead = 0;                            ///< contenders ahead at the first listing
+  std::size_t wakeups = 0;                          ///< watch firings the acquire re-evaluated on
+  std::size_t requests = 0;                         ///< ZooKeeper requests the acquire sent
+};
+
 /// One contender of a lock node, as contenders() reports it.
 struct contender_info {
   std::size_t position = 0;                         ///< contenders ahead of it (0 = first)
@@ -55,16 +66,65 @@ struct contender_info {
   std::int64_t token = 0;                           ///< its fencing token (the node's czxid)
   std::int64_t session_id = 0;                      ///< the session that owns the node
   contender_identity who;                           ///< host, pid, since
+  std::optional<hold_record> record;                ///< a holder's acquire record, if it stored one
 };
 
+/// A hold_record stored on the server by record_hold(): an ephemeral node beside the hold, deleted by
+/// release() or the destructor (or with its session). Movable, not copyable.
+class stored_hold_record {
+ public:
+  /// Effects: none (nothing stored).
+  stored_hold_record() = default;
+  /// Effects: takes over `o`'s node; `o` then holds none.
+  stored_hold_record(stored_hold_record&& o) noexcept;
+  /// Effects: release(), then takes over `o`'s node.
+  stored_hold_record& operator=(stored_hold_record&& o) noexcept;
+  /// Effects: release().
+  ~stored_hold_record();
+  /// Effects: deletes the node (in the background if the connection is down; not at all if its session
+  /// already ended, which took it along). Idempotent; never throws.
+  void release() noexcept;
+  /// Returns: the node's full path (empty once released or if none).
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  friend stored_hold_record record_hold(session&, std::string_view, std::int64_t, const hold_record&);
+  session* s_ = nullptr;
+  std::string path_;
+  std::uint64_t generation_ = 0;
+};
+
+/// Effects: stores `r` under the lock node `path` as an ephemeral node "zkstats-<token>", beside the
+/// hold whose fencing token is `token`, for contenders() to report with that holder. The node is no
+/// contender to zklock or Curator (it has no contender marker). Store it while you hold.
+/// Returns: the stored record (delete it when the hold ends, by release() or destruction).
+/// Throws: std::invalid_argument for a bad path or a token < 1; std::system_error: session failures,
+/// operation_timeout after connect_timeout without a connection, the server's refusal (no_node if
+/// the lock node is gone, node_exists if another session stored a record for `token`; on this
+/// session the record is stored once, and the first of the two stored_hold_records deletes it).
+stored_hold_record record_hold(session& s, std::string_view path, std::int64_t token, const hold_record& r);
+
 /// Returns: the contenders under the lock node `path` in queue order (an empty vector if the node
-/// is missing or empty), with states by the library's rules: a mutex contender holds iff first of
+/// is missing or empty), each holder with its hold_record if it stored one, with states by the
+/// library's rules: a mutex contender holds iff first of
 /// the mutex contenders; a reader holds iff no writer is ahead; a writer iff first of the readers
 /// and writers; a lease iff fewer than the stored lease count are ahead. Children that are not
 /// contenders are skipped, and so are contenders that leave while being read.
 /// Throws: std::invalid_argument for a bad path; std::system_error (session or server failures,
 /// operation_timeout if the connection stays down for connect_timeout).
 std::vector<contender_info> contenders(session& s, std::string_view path);
+
+/// Effects: blocks until the lock node `path` has no contenders of any kind (nobody holds it and
+/// nobody waits; a missing node counts as free), using a children watch, never polling. When the
+/// session ends under the wait (an expiry, or a give-up after a long disconnection) it looks again
+/// on the next session, as a waiting acquire queues again. Another contender may queue right after
+/// it returns: to act under the lock, take the lock. Leaves no watch behind.
+/// Returns: true once free; false if `deadline` passed first or `stop` was requested.
+/// Throws: std::invalid_argument for a bad path; std::system_error: session_closed, session_expired
+/// (no next session before `deadline`, or re-establishment is off), or the server's refusal.
+bool wait_until_free(session& s, std::string_view path,
+                     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+                     std::stop_token stop = {});
 
 /// Returns: the identity in a contender node's `data` (see contender_identity). Never throws
 /// anything but std::bad_alloc.

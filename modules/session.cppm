@@ -153,6 +153,15 @@ class session {
   /// auth_failed, chroot_missing) if the new session cannot be established; the state is then `expired`.
   void reestablish();
 
+  /// Effects: after the session generation `generation` (see generation()) ended, expired or given
+  /// up after a long disconnection, blocks until a later generation is connected: what a waiting
+  /// acquire does before it queues again. Use it to retry your own reads on the next session.
+  /// Returns: true once a later generation is connected (at once if one already is); false if
+  /// `deadline` passed first.
+  /// Throws: std::system_error: session_closed after close(); session_expired if no next session
+  /// will come (reestablish_after_expiry is off, or re-establishment was refused for good).
+  bool await_next_generation(std::uint64_t generation, std::chrono::steady_clock::time_point deadline);
+
   /// Effects: closes the handle (if connected, the server deletes the session's nodes at once; else
   /// they go when the session times out). Blocked lock calls wake and throw errc::session_closed,
   /// as do later operations; lost_token()s fire; listeners get `closed` on this thread, after any

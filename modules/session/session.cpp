@@ -284,6 +284,10 @@ session_credentials session::credentials() const {
   return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
 }
 
+bool session::await_next_generation(std::uint64_t generation, std::chrono::steady_clock::time_point deadline) {
+  return detail::await_next_session(*this, generation, deadline);
+}
+
 // ---- generations, for the lock algorithm -----------------------------------------------------------
 
 namespace detail {

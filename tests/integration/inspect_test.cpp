@@ -8,6 +8,8 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <thread>
 #include <vector>
 #include "zk_test.hpp"
@@ -98,6 +100,77 @@ TEST(Inspect, ReadersShareWritersWaitAndLeasesCount) {
   sem.release();
   sem.release();
   u.join();
+}
+
+TEST(Inspect, AHoldRecordIsReportedWithItsHolderUntilReleased) {
+  const auto path = zkt::unique_path("inspect-record");
+  zklock::session a{zkt::options()}, viewer{zkt::options()};
+  zklock::mutex m{a, path};
+  m.lock();
+  zklock::hold_record r;
+  r.granted = std::chrono::system_clock::time_point{std::chrono::milliseconds{1'700'000'000'123}};
+  r.waited = std::chrono::milliseconds{42};
+  r.ahead = 3;
+  r.wakeups = 2;
+  r.requests = 7;
+  auto stored = zklock::record_hold(a, path, m.fencing_token(), r);
+  EXPECT_EQ(stored.path(), path + "/zkstats-" + std::to_string(m.fencing_token()));
+  auto q = zklock::contenders(viewer, path);
+  ASSERT_EQ(q.size(), 1u) << "the record is no contender";
+  ASSERT_TRUE(q[0].record.has_value());
+  EXPECT_EQ(q[0].record->granted, r.granted);
+  EXPECT_EQ(q[0].record->waited, r.waited);
+  EXPECT_EQ(q[0].record->ahead, 3u);
+  EXPECT_EQ(q[0].record->wakeups, 2u);
+  EXPECT_EQ(q[0].record->requests, 7u);
+  zklock::session other{zkt::options()};
+  try {
+    (void)zklock::record_hold(other, path, m.fencing_token(), r);
+    ADD_FAILURE() << "a second record for one token";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::node_exists));
+  }
+  zklock::stored_hold_record moved = std::move(stored);
+  EXPECT_TRUE(stored.path().empty());
+  moved.release();
+  moved.release();  // idempotent
+  a.flush();
+  q = zklock::contenders(viewer, path);
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_FALSE(q[0].record.has_value());
+  {
+    const auto scoped = zklock::record_hold(a, path, m.fencing_token(), r);
+    EXPECT_TRUE(zkt::exists(scoped.path()));
+  }
+  a.flush();
+  m.unlock();
+  a.flush();
+  EXPECT_TRUE(zkt::children(path).empty()) << "the destructor deleted the record";
+}
+
+TEST(Inspect, ARecordOfAWaiterOrOfNobodyIsNotReported) {
+  const auto path = zkt::unique_path("inspect-record-stray");
+  zklock::session a{zkt::options()}, viewer{zkt::options()};
+  zklock::mutex m{a, path};
+  m.lock();
+  const auto stray = zklock::record_hold(a, path, m.fencing_token() + 1000, zklock::hold_record{});
+  const auto q = zklock::contenders(viewer, path);
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_FALSE(q[0].record.has_value()) << "a record for another token belongs to no holder here";
+  m.unlock();
+}
+
+TEST(Inspect, RecordingAHoldRefusesBadInput) {
+  const auto path = zkt::unique_path("inspect-record-bad");
+  zklock::session a{zkt::options()};
+  EXPECT_THROW((void)zklock::record_hold(a, "relative", 5, {}), std::invalid_argument);
+  EXPECT_THROW((void)zklock::record_hold(a, path, 0, {}), std::invalid_argument);
+  try {
+    (void)zklock::record_hold(a, path, 5, {});
+    ADD_FAILURE() << "no lock node: no record";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::no_node));
+  }
 }
 
 }  // namespace
