@@ -257,11 +257,8 @@ struct command_line {
   /// Throws: exit_error (usage) for the first problem.
   CLI::App* check() {
     const auto subs = app.get_subcommands();
-    std::vector<std::string> top = app.remaining();  // before the command, or CMD after exec's '--'
-    if (subs.empty()) {
-      if (top.empty()) usage_error("no command given: exec, ls or wait");
-      usage_error("unknown command \"" + top.front() + "\" (exec, ls or wait)");
-    }
+    const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
+    if (subs.empty()) usage_error("no command given: exec, ls or wait");
     CLI::App* sub = subs.front();
     std::vector<std::string> extra = sub->remaining();
     if (sub == exec) {
@@ -313,8 +310,12 @@ int run(int argc, char** argv) {
     std::cout << tidy_help(cl.app.help("", CLI::AppFormatMode::All));
     return exit_code::ok;
   }
-  if (first.starts_with("-") && first != "-h" && first != "--help" && first != "--version")
-    usage_error("the command comes first: zklock exec|ls|wait [OPTIONS] PATH");
+  // The command comes first: nothing before it may end up among the words of exec's CMD.
+  if (argc > 1 && first != "exec" && first != "ls" && first != "wait" && first != "-h" && first != "--help" &&
+      first != "--version") {
+    if (first.starts_with("-")) usage_error("the command comes first: zklock exec|ls|wait [OPTIONS] PATH");
+    usage_error("unknown command \"" + std::string{first} + "\" (exec, ls or wait)");
+  }
   try {
     cl.app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -1362,6 +1362,7 @@ TEST(CliErrors, ArgumentErrorsNameTheOption) {
   const std::string c = zkt::connect();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
       {{"--timeout", "5s", "exec", path, "--", "true"}, "the command comes first"},
+      {{"nonsense", "exec", "--connect", c, path, "--", "true"}, "unknown command \"nonsense\""},
       {{"exec", "--connect", c, path, "--bogus", "--", "true"}, "unknown option \"--bogus\""},
       {{"ls", "--connect", c, "--frob=1", path}, "unknown option \"--frob\""},
       {{"exec", "--connect", c, "--permits=two", path, "--", "true"}, "bad --permits \"two\""},
