@@ -24,7 +24,8 @@ constexpr const char* usage_text = R"(Usage:
   zklock --help | --version
 )";
 
-constexpr const char* footer_text = R"(Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
+constexpr const char* footer_text =
+    R"(Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
 Options may come before or after PATH; CMD starts after '--', or at the first word after PATH
 that is not an option.
 
@@ -124,8 +125,8 @@ class help_formatter : public CLI::Formatter {
     std::string out;
     if (!app->get_parent()) {  // the help of all commands: the common options, from any command
       const CLI::App* any = app->get_subcommands({}).front();
-      out = CLI::Formatter::make_group(common_group, false,
-                                       any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; }));
+      const auto common = any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; });
+      out = CLI::Formatter::make_group(common_group, false, common);
     }
     return out + "\n" + CLI::Formatter::make_footer(app);
   }
@@ -152,7 +153,7 @@ struct command_line {
   /// Effects: adds an option with a value to `sub`; `take` parses each value given (the last wins).
   void value(CLI::App* sub, const std::string& name, const std::string& type, const std::string& help,
              std::function<void(const std::string&)> take, const char* group = "Options") {
-    sub->add_option(name, help)
+    sub->add_option(name)
         ->description(wrap(help, help_width - name_width))
         ->type_name(type)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
@@ -161,7 +162,9 @@ struct command_line {
   }
   void flag(CLI::App* sub, const std::string& name, const std::string& help, std::function<void()> take,
             const char* group = "Options") {
-    sub->add_flag_callback(name, std::move(take), wrap(help, help_width - name_width))->disable_flag_override()->group(group);
+    sub->add_flag_callback(name, std::move(take), wrap(help, help_width - name_width))
+        ->disable_flag_override()
+        ->group(group);
   }
 
   CLI::App* command(const char* name, const char* help) {
@@ -175,7 +178,8 @@ struct command_line {
   }
 
   void add_common(CLI::App* sub) {
-    value(sub, "--connect", "HOSTS", "ZooKeeper servers, \"host:port[,host:port...][/chroot]\" (default: $ZOOKEEPER_HOSTS)",
+    value(sub, "--connect", "HOSTS",
+          "ZooKeeper servers, \"host:port[,host:port...][/chroot]\" (default: $ZOOKEEPER_HOSTS)",
           [this](const std::string& v) { o.connect = v; }, common_group);
     value(sub, "--session-timeout", "D", "session timeout asked of the server (default 10s)",
           [this](const std::string& v) { o.session_timeout = parse_duration("--session-timeout", v, false); },
