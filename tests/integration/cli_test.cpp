@@ -1355,6 +1355,34 @@ TEST(CliErrors, BadInputExits125WithAMessage) {
   EXPECT_FALSE(zkt::exists(path)) << "bad input must not touch the server";
 }
 
+// Argument errors found by the command-line parser name the option (or word) that is wrong,
+// wherever it stands: before PATH, after it, or with an inline value.
+TEST(CliErrors, ArgumentErrorsNameTheOption) {
+  const auto path = zkt::unique_path("cli-args");
+  const std::string c = zkt::connect();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--timeout", "5s", "exec", path, "--", "true"}, "the command comes first"},
+      {{"nonsense", "exec", "--connect", c, path, "--", "true"}, "unknown command \"nonsense\""},
+      {{"exec", "--connect", c, path, "--bogus", "--", "true"}, "unknown option \"--bogus\""},
+      {{"ls", "--connect", c, "--frob=1", path}, "unknown option \"--frob\""},
+      {{"exec", "--connect", c, "--permits=two", path, "--", "true"}, "bad --permits \"two\""},
+      {{"exec", "--connect", c, path, "--timeout=1x", "true"}, "bad --timeout \"1x\""},
+      {{"exec", "--connect", c, path, "--grace"}, "option --grace needs a value"},
+      {{"wait", "--connect", c, "--json", path}, "option --json does not apply to wait"},
+      {{"wait", "--connect", c, path, "--shared=1"}, "option --shared does not apply to wait"},
+      {{"exec", "--connect", c, "--", path, "true"}, "exec needs a lock PATH"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    zklock_run r{args};
+    EXPECT_EQ(run(r), 125) << "zklock" << shown << "\n" << r.err();
+    EXPECT_NE(r.err().find("zklock: " + message), std::string::npos) << "zklock" << shown << ": " << r.err();
+    EXPECT_EQ(r.out(), "") << shown;
+  }
+  EXPECT_FALSE(zkt::exists(path)) << "bad input must not touch the server";
+}
+
 TEST(CliErrors, CommandNotFound127NotExecutable126) {
   const auto path = zkt::unique_path("cli-cmd");
   scratch_dir dir;

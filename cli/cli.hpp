@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the files of the `zklock` tool share: exit codes, options, messages, and each file's entry points.
+//
+//   main.cpp            the command line (CLI11): subcommands, options, help, usage errors
+//   values.cpp          option values: durations and signals
+//   session.cpp         opening the session, and which exit code a library error means
+//   output.cpp          times, spans and JSON strings for `ls`
+//   exec.cpp            `zklock exec`: acquire in the chosen mode, then hand CMD to supervise.cpp
+//   supervise.cpp       CMD's process group: fork/exec, subreaper, signals, terminal, lost lock
+//   ls.cpp              `zklock ls`: the queue and the holders' acquire records
+//   wait.cpp            `zklock wait`: until the path has no contenders
+//   library_bridge.cpp  the only file that uses zklock::detail (to be ported to public API)
+//
+// Include this after every other header of a file: it imports the zklock module.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+import zklock;
+
+namespace zkcli {
+
+using namespace std::chrono_literals;
+using ms = std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+// ---- exit codes (docs/cli.md) -------------------------------------------------------------------
+
+namespace exit_code {
+constexpr int ok = 0;
+constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, no new session in time
+constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
+constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
+constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
+constexpr int timeout = 124;        // like timeout(1): the lock was not acquired in time
+constexpr int usage = 125;          // bad command line or bad input
+constexpr int cannot_execute = 126; // CMD found but not executable
+constexpr int not_found = 127;      // CMD not found
+constexpr int signal_base = 128;    // + signal number
+}  // namespace exit_code
+
+// ---- messages (session.cpp) ---------------------------------------------------------------------
+
+/// --verbose: progress messages on stderr.
+extern bool g_verbose;
+/// --verbose twice: the ZooKeeper C client's log too. Not with one --verbose: the C client formats
+/// a server's address into one static buffer for every handle, and zklock has two handles at once
+/// while it replaces a session, so their log lines race (and may garble).
+extern bool g_client_log;
+
+/// Effects: prints "zklock: " and the printf-formatted message on stderr, with a newline.
+template <class... A>
+void say(const char* fmt, A... a) {
+  std::fprintf(stderr, "zklock: ");
+  std::fprintf(stderr, fmt, a...);
+  std::fputc('\n', stderr);
+}
+
+/// A failure that ends zklock with `code` after printing `message`.
+struct exit_error {
+  int code;
+  std::string message;
+};
+
+/// Returns: a library message without its "zklock: " or "zklock::session: " prefix (say() adds one).
+std::string tidy(std::string_view what);
+
+/// Throws: exit_error (usage) with `message` and a pointer to --help.
+[[noreturn]] void usage_error(const std::string& message);
+
+// ---- options ------------------------------------------------------------------------------------
+
+/// exec's lock modes. `write` (the default) and `shared` are the two sides of one read/write lock,
+/// so they exclude each other like flock -x and -s; `mutex` and `permits` use node kinds of their own.
+enum class lock_mode { write, shared, mutex, permits };
+
+/// The parsed command line (main.cpp).
+struct options {
+  std::string path;
+  std::vector<std::string> argv;  // exec: CMD and its arguments
+  lock_mode mode = lock_mode::write;
+  bool mode_given = false;
+  std::ptrdiff_t permits = 0;
+  std::optional<ms> timeout;  // none: forever
+  std::optional<std::string> connect;
+  ms session_timeout = 10s;
+  ms connect_timeout = 5s;
+  int kill_signal = SIGTERM;
+  ms grace = 5s;
+  bool json = false;
+};
+
+// ---- option values (values.cpp) -----------------------------------------------------------------
+
+/// Returns: D as milliseconds (rounded up). Throws: exit_error (usage) naming `option`.
+ms parse_duration(std::string_view option, std::string_view text, bool zero_ok);
+/// Returns: the signal named by `text` ("TERM", "SIGTERM", "term", "15"). Throws: exit_error (usage).
+int parse_signal(std::string_view text);
+/// Returns: "SIGTERM" for 15, "signal N" for a signal without a name.
+std::string signal_name(int sig);
+/// Returns: the lease count in `text` (1..1000000). Throws: exit_error (usage).
+std::ptrdiff_t parse_permits(std::string_view text);
+
+// ---- the session (session.cpp) ------------------------------------------------------------------
+
+/// Returns: the exit code and message for an exception from the library.
+exit_error classify(const std::exception& e);
+/// Returns: a session as `o` says. Throws: exit_error (usage for a bad connect string, else 69).
+std::unique_ptr<zklock::session> open_session(const options& o);
+
+// ---- output for ls (output.cpp) -----------------------------------------------------------------
+
+/// Returns: `ms` since the epoch as ISO 8601 UTC, e.g. "2025-01-31T12:00:00.250Z".
+std::string iso_time(long long ms_since_epoch);
+/// Returns: `s` as a JSON string literal, quotes included.
+std::string json_string(std::string_view s);
+/// Returns: a duration for people: "850ms", "12.3s", "4m05s", "2h07m".
+std::string span(long long ms_count);
+
+// ---- the commands -------------------------------------------------------------------------------
+
+/// Each returns zklock's exit code; throws exit_error or the library's exceptions (see classify).
+int run_exec(const options& o);
+int run_ls(const options& o);
+int run_wait(const options& o);
+
+/// The acquire record: an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
+/// holding "granted=<unix ms> waited=<ms> ahead=<n> wakeups=<n> requests=<n>". Not the contender
+/// node's own data: a changed contender node means something to the lock (a semaphore's poke), and
+/// the name is no contender to zklock or Curator (no marker; it sorts after every sequence number).
+constexpr std::string_view record_prefix = "zkstats-";
+
+// ---- zklock::detail, behind one file (library_bridge.cpp) ---------------------------------------
+
+namespace bridge {
+
+/// Effects: checks a lock path as the library does. Throws: std::invalid_argument naming the problem.
+void validate_lock_path(const std::string& path);
+
+/// Effects: waits until `s` has a session after `generation`. Returns: false if `deadline` came first.
+bool await_next_session(zklock::session& s, std::uint64_t generation, steady::time_point deadline);
+
+/// Contender node kinds, as node names tell them apart.
+enum class node_kind { lock, read, write, lease };
+
+/// Returns: the kinds of contenders under `path` that a lock of mode `m` ignores (each once, in
+/// queue order), or nullopt if the listing did not come before `deadline`.
+std::optional<std::vector<node_kind>> ignored_kinds(zklock::session& s, const std::string& path, lock_mode m,
+                                                    steady::time_point deadline);
+
+/// This session's contender node under `path` of a `shared` or `permits` hold.
+struct own_node {
+  std::string path;        ///< full path of the node
+  std::int64_t token = 0;  ///< its creation zxid: the hold's fencing token
+};
+/// Returns: our own contender node of mode `m` under `path`, if there is one.
+/// Throws: exit_error (69) if the listing times out; the library's errors.
+std::optional<own_node> find_own_node(zklock::session& s, const std::string& path, lock_mode m);
+
+/// The loss signal of a semaphore lease (the semaphore has no lost_token() of its own): fires when
+/// the watch on the lease node fires (deleted or changed by someone else, session ended) or when
+/// the session generation that created it is lost.
+class lease_loss {
+ public:
+  /// Effects: watches `node`, created in session generation `generation`; fires at once if the
+  /// node is gone or can't be watched before `deadline`.
+  lease_loss(zklock::session& s, const std::string& node, std::uint64_t generation, steady::time_point deadline);
+  ~lease_loss();
+  lease_loss(const lease_loss&) = delete;
+  lease_loss& operator=(const lease_loss&) = delete;
+  /// Returns: a token stopped when the lease is lost.
+  std::stop_token token() const noexcept;
+  /// Effects: from now on nothing fires (we release the lease ourselves); drops the watch.
+  void release() noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Returns: the children of `path`, or nullopt if there is no such node or `deadline` passed.
+std::optional<std::vector<std::string>> children(zklock::session& s, const std::string& path,
+                                                 steady::time_point deadline);
+/// Returns: the data of node `path`, or nullopt if it doesn't exist.
+std::optional<std::string> node_data(zklock::session& s, const std::string& path);
+/// Effects: creates the ephemeral node `path` with `data`. Returns: false if it could not be made.
+bool create_ephemeral(zklock::session& s, const std::string& path, std::string_view data);
+/// Effects: deletes node `path` of session generation `generation` (in the background). Never throws.
+void delete_node(zklock::session& s, const std::string& path, std::uint64_t generation) noexcept;
+
+/// Effects: waits, watching the children of `path`, until it has no contenders of any kind; calls
+/// `busy(n)` each time it finds n > 0 of them. Returns: false if `deadline` passed first.
+/// Throws: session_expired (zklock category) if the session ends under the wait; other library errors.
+bool wait_until_free(zklock::session& s, const std::string& path, steady::time_point deadline,
+                     const std::function<void(std::size_t)>& busy);
+
+}  // namespace bridge
+
+/// Effects: runs `f`, and again on the next session each time the session ends under it (expired,
+/// or given up after a long disconnection), as a waiting acquire queues again; a new session must
+/// come before `deadline`. Returns: what `f` returns.
+/// Throws: what `f` throws; session_expired if no next session is connected before `deadline`.
+template <class F>
+auto on_live_session(zklock::session& s, steady::time_point deadline, F f) {
+  for (;;) {
+    const std::uint64_t generation = s.generation();
+    try {
+      return f();
+    } catch (const std::system_error& e) {
+      if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+      if (g_verbose) say("%s", "session expired: waiting for the next one");
+      if (!bridge::await_next_session(s, generation, deadline)) throw;
+      if (g_verbose) say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
+    }
+  }
+}
+
+// ---- CMD's process group (supervise.cpp) --------------------------------------------------------
+
+/// A file descriptor that closes itself.
+class fd_t {
+ public:
+  fd_t() = default;
+  explicit fd_t(int fd) : fd_(fd) {}
+  ~fd_t() { reset(); }
+  fd_t(fd_t&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  fd_t& operator=(fd_t&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  int get() const noexcept { return fd_; }
+
+ private:
+  void reset() noexcept;  // closes the descriptor, if any
+  int fd_ = -1;
+};
+
+/// Effects: notes the descriptors zklock was started with: CMD inherits them (and no other).
+void remember_inherited_fds();
+/// Returns: the file to execute for `cmd` (searched in PATH unless it has a '/').
+/// Throws: exit_error 127 (not found) or 126 (not executable).
+std::string resolve_command(const std::string& cmd);
+/// Effects: blocks the forwarded signals, SIGCHLD, SIGCONT and SIGTTOU in this thread (and every
+/// thread it starts). Returns: a signalfd that reads the forwarded signals, SIGCHLD and SIGCONT.
+fd_t block_signals();
+
+/// While the lock is being acquired on the main thread, a signal ends the wait: this thread reads
+/// the signalfd and closes the session, which makes the acquire throw.
+class acquire_interrupter {
+ public:
+  acquire_interrupter(zklock::session& s, int sigfd);
+  ~acquire_interrupter() { stop(); }
+  acquire_interrupter(const acquire_interrupter&) = delete;
+  acquire_interrupter& operator=(const acquire_interrupter&) = delete;
+  /// Effects: ends the watching. Returns: the signal that interrupted the acquire, or 0.
+  int stop();
+
+ private:
+  void run();
+  zklock::session& s_;
+  int sigfd_;
+  fd_t stop_r_, stop_w_;
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
+
+/// What supervise() runs, and how it stops it.
+struct child_command {
+  std::string file;               ///< the resolved executable
+  std::vector<std::string> argv;  ///< CMD and its arguments
+  std::vector<std::string> env;   ///< "NAME=value" set for CMD, replacing inherited ones
+  std::string path;               ///< the lock path (for messages)
+  int kill_signal = SIGTERM;      ///< stops CMD's group when the lock is lost
+  ms grace = 5s;                  ///< between the kill signal and SIGKILL
+};
+
+/// Effects: runs CMD in a process group of its own (zklock a subreaper, the terminal handed over),
+/// passes the signals of `sigfd` on to the group, stops the group when `lost` fires, waits until
+/// the group is gone, then calls `release`. Returns: CMD's exit status (128+N if killed by N),
+/// 75 if the lock was lost, 126/127 if CMD could not be executed.
+int supervise(const child_command& cmd, int sigfd, std::stop_token lost, const std::function<void()>& release);
+
+}  // namespace zkcli

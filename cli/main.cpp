@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock — a cluster-wide flock(1) on ZooKeeper: the command line (CLI11). Declares the commands
+// exec, ls and wait with their options and help, turns CLI11's parse errors into zklock's usage
+// errors (exit 125, messages that name the option), and runs the command (docs/cli.md).
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include "cli.hpp"
+
+#ifndef ZKLOCK_VERSION
+#define ZKLOCK_VERSION "unknown"
+#endif
+
+namespace zkcli {
+namespace {
+
+constexpr const char* common_group = "Common options";
+
+constexpr const char* usage_text = R"(Usage:
+  zklock exec [OPTIONS] PATH [--] CMD [ARGS...]
+  zklock ls   [OPTIONS] PATH
+  zklock wait [OPTIONS] PATH
+  zklock --help | --version
+)";
+
+constexpr const char* footer_text =
+    R"(Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
+Options may come before or after PATH; CMD starts after '--', or at the first word after PATH
+that is not an option.
+
+Exit status:
+  exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
+  0    wait: PATH is free; ls: listed
+  69   cannot reach ZooKeeper: no session at the start, or no new one before --timeout after
+       the session ended while waiting (given a new one, exec queues again and waits on)
+  70   another failure inside zklock (e.g. the server refused an operation)
+  75   the lock was lost while CMD ran (CMD's group was stopped), or before it could start
+  77   the server refused for lack of permission (ACL, authentication)
+  124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
+  125  usage error or bad input (option, duration, path, connect string, lease count)
+  126  CMD cannot be executed
+  127  CMD not found
+  128+N  zklock got signal N while waiting for the lock
+
+Environment:
+  ZOOKEEPER_HOSTS       servers to use when --connect is not given
+  ZKLOCK_FENCING_TOKEN  (set for CMD) the fencing token of the hold
+  ZKLOCK_PATH           (set for CMD) the lock path
+
+Examples:
+  zklock exec /locks/db -- ./migrate.sh            # alone: no other exec of /locks/db runs
+  zklock exec --shared /locks/db -- ./report.sh    # with other --shared, never during migrate.sh)";
+
+constexpr const char* exec_text =
+    "Wait for the lock PATH, run CMD while holding it, release it once CMD has ended and no process is left in "
+    "CMD's process group: CMD runs in a group of its own, and what it starts in the background keeps the lock "
+    "until it ends too (zklock adopts and reaps the orphans). CMD's environment gets ZKLOCK_FENCING_TOKEN (the "
+    "hold's fencing token, a number that grows with every new holder) and ZKLOCK_PATH. HUP, INT, QUIT, TERM, "
+    "USR1 and USR2 sent to zklock are passed on to CMD's group, once. Run in the foreground of a terminal, zklock "
+    "gives the terminal to CMD's group, so that CMD reads it and Ctrl-C reaches the group directly (not through "
+    "zklock as well). If the lock is lost while CMD runs (session expired, or the lock node deleted by someone "
+    "else), CMD's group gets the kill signal, then SIGKILL after the grace period. A signal while waiting for "
+    "the lock ends the wait (zklock leaves the queue and exits with 128+signal).";
+constexpr const char* ls_text =
+    "List the contenders of PATH in queue order: position, state (holder or waiter), kind, fencing token, host, "
+    "pid and start time of each (zklock stores host, pid and time in its nodes; for Curator's nodes the host is "
+    "the IP address they store), and for holders that are zklock exec processes what their acquire cost: wait, "
+    "hold time so far, wake-ups and ZooKeeper requests (exec records them beside its node while it holds).";
+constexpr const char* wait_text =
+    "Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.";
+
+/// Returns: `text` with line breaks, so that no line is longer than `width` (CLI11 indents them).
+std::string wrap(std::string_view text, std::size_t width) {
+  std::string out;
+  std::size_t line = 0;
+  while (!text.empty()) {
+    const auto end = text.find(' ');
+    const std::string_view word = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    if (line > 0 && line + 1 + word.size() > width) {
+      out += '\n';
+      line = 0;
+    } else if (line > 0) {
+      out += ' ';
+      ++line;
+    }
+    out += word;
+    line += word.size();
+  }
+  return out;
+}
+
+constexpr std::size_t help_width = 100;  // the lines of the help
+constexpr std::size_t name_width = 24;   // the column of option names
+
+/// Returns: `help` with runs of blank lines collapsed into one.
+std::string tidy_help(std::string help) {
+  for (std::size_t at; (at = help.find("\n  \n")) != std::string::npos;) help.erase(at + 1, 2);
+  for (std::size_t at; (at = help.find("\n\n\n")) != std::string::npos;) help.erase(at, 1);
+  return help;
+}
+
+/// CLI11's help with zklock's usage lines on top, and the common options shown once in the
+/// help of all commands (not once per command).
+class help_formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string) const override {
+    return std::string{usage_text} + "\n" + wrap(app->get_description(), help_width) + "\n";
+  }
+  std::string make_description(const CLI::App* app) const override {  // (in make_usage, unless expanded)
+    return expanding_ ? wrap(app->get_description(), help_width - 2) + "\n" : std::string{};
+  }
+  std::string make_expanded(const CLI::App* sub) const override {
+    expanding_ = true;
+    auto out = CLI::Formatter::make_expanded(sub);
+    expanding_ = false;
+    return out;
+  }
+  std::string make_group(std::string group, bool positional, std::vector<const CLI::Option*> opts) const override {
+    if (expanding_ && group == common_group) return {};
+    return CLI::Formatter::make_group(std::move(group), positional, std::move(opts));
+  }
+  std::string make_footer(const CLI::App* app) const override {
+    std::string out;
+    if (!app->get_parent()) {  // the help of all commands: the common options, from any command
+      const CLI::App* any = app->get_subcommands({}).front();
+      const auto common = any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; });
+      out = CLI::Formatter::make_group(common_group, false, common);
+    }
+    return out + "\n" + CLI::Formatter::make_footer(app);
+  }
+
+ private:
+  mutable bool expanding_ = false;
+};
+
+/// The command line: the CLI11 app and what it fills in.
+struct command_line {
+  CLI::App app{"zklock - run a command while holding a ZooKeeper lock (a cluster-wide flock(1))", "zklock"};
+  CLI::App* exec = nullptr;
+  CLI::App* ls = nullptr;
+  CLI::App* wait = nullptr;
+  options o;
+  int verbosity = 0;
+
+  void set_mode(lock_mode m) {
+    if (o.mode_given && o.mode != m) usage_error("--shared, --write, --mutex and --permits exclude each other");
+    o.mode = m;
+    o.mode_given = true;
+  }
+
+  /// Effects: adds an option with a value to `sub`; `take` parses each value given (the last wins).
+  void value(CLI::App* sub, const std::string& name, const std::string& type, const std::string& help,
+             std::function<void(const std::string&)> take, const char* group = "Options") {
+    sub->add_option(name)
+        ->description(wrap(help, help_width - name_width))
+        ->type_name(type)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->each(std::move(take))
+        ->group(group);
+  }
+  void flag(CLI::App* sub, const std::string& name, const std::string& help, std::function<void()> take,
+            const char* group = "Options") {
+    sub->add_flag_callback(name, std::move(take), wrap(help, help_width - name_width))
+        ->disable_flag_override()
+        ->group(group);
+  }
+
+  CLI::App* command(const char* name, const char* help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->group("Commands");
+    sub->set_help_flag("-h,--help", "show this help");
+    sub->footer(footer_text);
+    sub->allow_extras();
+    sub->add_option("PATH", o.path, "the lock node, e.g. /locks/backup")->type_name("");
+    return sub;
+  }
+
+  void add_common(CLI::App* sub) {
+    value(sub, "--connect", "HOSTS",
+          "ZooKeeper servers, \"host:port[,host:port...][/chroot]\" (default: $ZOOKEEPER_HOSTS)",
+          [this](const std::string& v) { o.connect = v; }, common_group);
+    value(sub, "--session-timeout", "D", "session timeout asked of the server (default 10s)",
+          [this](const std::string& v) { o.session_timeout = parse_duration("--session-timeout", v, false); },
+          common_group);
+    value(sub, "--connect-timeout", "D", "give up connecting after D (default 5s)",
+          [this](const std::string& v) { o.connect_timeout = parse_duration("--connect-timeout", v, false); },
+          common_group);
+    sub->add_flag_function("-v,--verbose", [this](std::int64_t n) { verbosity += static_cast<int>(n); },
+                           wrap("say what zklock does, on stderr; given twice (-v -v), show the ZooKeeper client's "
+                                "log too",
+                                help_width - name_width))
+        ->disable_flag_override()
+        ->group(common_group);
+  }
+
+  command_line() {
+    app.formatter(std::make_shared<help_formatter>());
+    app.get_formatter()->column_width(name_width);
+    app.set_help_flag("-h,--help", "show this help");
+    app.set_version_flag("--version", std::string{"zklock "} + ZKLOCK_VERSION, "show the version");
+    app.require_subcommand(0, 1);  // at most one: CMD may be named like a command ("zklock exec /l ls")
+    app.allow_extras();            // the extras are checked by check() below, to name them as zklock does
+    app.footer(footer_text);
+
+    exec = command("exec", exec_text);
+    exec->prefix_command();  // CMD starts at the first word after PATH that is not an option
+    const char* modes = "Lock modes (at most one; default: --write)";
+    flag(exec, "--write",
+         "exclusive: the write side of a read/write lock. Waits for and keeps out the other plain (--write) and "
+         "--shared holders of PATH (like flock -x)",
+         [this] { set_mode(lock_mode::write); }, modes);
+    flag(exec, "--shared",
+         "shared: the read side of that lock. Runs alongside other --shared holders, never alongside a --write "
+         "one (like flock -s)",
+         [this] { set_mode(lock_mode::shared); }, modes);
+    flag(exec, "--mutex",
+         "exclusive, with zklock::mutex nodes: for a PATH shared with programs that use zklock::mutex or "
+         "Curator's InterProcessMutex. It neither waits for nor keeps out --write and --shared holders (other "
+         "node kinds)",
+         [this] { set_mode(lock_mode::mutex); }, modes);
+    value(exec, "--permits", "N",
+          "one of N leases of a counting semaphore (N: 1..1000000; every user of the path must give the same N)",
+          [this](const std::string& v) {
+            o.permits = parse_permits(v);
+            set_mode(lock_mode::permits);
+          },
+          modes);
+    value(exec, "--timeout", "D", "wait at most D for the lock (0: try once; default: wait forever)",
+          [this](const std::string& v) { o.timeout = parse_duration("--timeout", v, true); });
+    value(exec, "--kill-signal", "SIG",
+          "signal that stops CMD's group when the lock is lost, and that CMD gets if zklock itself dies (default "
+          "TERM; a name like TERM, SIGINT, or a number)",
+          [this](const std::string& v) { o.kill_signal = parse_signal(v); });
+    value(exec, "--grace", "D", "time CMD's group has to end after the kill signal before SIGKILL (default 5s)",
+          [this](const std::string& v) { o.grace = parse_duration("--grace", v, true); });
+    add_common(exec);
+
+    ls = command("ls", ls_text);
+    flag(ls, "--json", "one JSON object per contender and line", [this] { o.json = true; });
+    add_common(ls);
+
+    wait = command("wait", wait_text);
+    value(wait, "--timeout", "D", "wait at most D (0: check once; default: wait forever)",
+          [this](const std::string& v) { o.timeout = parse_duration("--timeout", v, true); });
+    add_common(wait);
+  }
+
+  /// Throws: a usage error for `word`, an argument no option or position of `sub` took.
+  [[noreturn]] void unexpected(const CLI::App* sub, const std::string& word) const {
+    if (!word.starts_with("-") || word == "-") usage_error("unexpected argument \"" + word + "\"");
+    const std::string name = word.substr(0, word.find('='));
+    for (const CLI::App* other : {exec, ls, wait})
+      if (other != sub && other->get_option_no_throw(name))
+        usage_error("option " + name + " does not apply to " + sub->get_name());
+    usage_error("unknown option \"" + name + "\"");
+  }
+
+  /// Effects: what CLI11 leaves to zklock: the command, extras, PATH, CMD, the connect string.
+  /// Throws: exit_error (usage) for the first problem.
+  CLI::App* check() {
+    const auto subs = app.get_subcommands();
+    const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
+    if (subs.empty()) usage_error("no command given: exec, ls or wait");
+    CLI::App* sub = subs.front();
+    std::vector<std::string> extra = sub->remaining();
+    if (sub == exec) {
+      // Options zklock does not know come first, then CMD (which can't start with '-' before '--').
+      auto cmd = std::find_if(extra.begin(), extra.end(), [](const std::string& w) { return !w.starts_with("-"); });
+      if (cmd != extra.begin()) {
+        if (extra.front() == "--") usage_error("exec needs a lock PATH before '--'");
+        unexpected(sub, extra.front());
+      }
+      o.argv = extra.empty() ? top : extra;
+    } else {
+      extra.insert(extra.end(), top.begin(), top.end());
+      if (!extra.empty()) unexpected(sub, extra.front());
+    }
+    if (o.path.empty()) usage_error(sub->get_name() + " needs a lock PATH");
+    if (sub == exec) {
+      if (o.argv.empty()) usage_error("exec needs a command to run: zklock exec PATH -- CMD [ARGS...]");
+      if (o.argv.front().empty()) usage_error("the command to run is an empty string");
+    }
+    if (!o.connect) {
+      const char* env = std::getenv("ZOOKEEPER_HOSTS");
+      if (!env || !*env)
+        usage_error("no ZooKeeper to talk to: give --connect HOST:PORT[,HOST:PORT...] or set ZOOKEEPER_HOSTS");
+      o.connect = env;
+    }
+    try {
+      bridge::validate_lock_path(o.path);
+    } catch (const std::invalid_argument& e) {
+      usage_error(tidy(e.what()));
+    }
+    g_verbose = verbosity > 0;
+    g_client_log = verbosity > 1;
+    return sub;
+  }
+};
+
+/// Returns: the option an ArgumentMismatch of CLI11 is about ("--timeout: 1 required ..." or
+/// "mutex was given a disallowed flag override"), spelled as given.
+std::string option_of(const CLI::ArgumentMismatch& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find_first_of(": "));
+  return what.starts_with("-") ? what : "--" + what;
+}
+
+int run(int argc, char** argv) {
+  command_line cl;
+  const std::string_view first = argc > 1 ? argv[1] : "";
+  if (first == "help") {
+    std::cout << tidy_help(cl.app.help("", CLI::AppFormatMode::All));
+    return exit_code::ok;
+  }
+  // The command comes first: nothing before it may end up among the words of exec's CMD.
+  if (argc > 1 && first != "exec" && first != "ls" && first != "wait" && first != "-h" && first != "--help" &&
+      first != "--version") {
+    if (first.starts_with("-")) usage_error("the command comes first: zklock exec|ls|wait [OPTIONS] PATH");
+    usage_error("unknown command \"" + std::string{first} + "\" (exec, ls or wait)");
+  }
+  try {
+    cl.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << tidy_help(cl.app.get_subcommands().empty() ? cl.app.help("", CLI::AppFormatMode::All)
+                                                            : cl.app.help());
+    return exit_code::ok;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return exit_code::ok;
+  } catch (const CLI::ArgumentMismatch& e) {
+    const std::string name = option_of(e);
+    if (std::string_view{e.what()}.find("flag override") != std::string_view::npos)
+      usage_error("option " + name + " takes no value");
+    usage_error("option " + name + " needs a value");
+  } catch (const CLI::ParseError& e) {
+    usage_error(e.what());
+  }
+  const CLI::App* sub = cl.check();
+  if (sub == cl.exec) return run_exec(cl.o);
+  if (sub == cl.ls) return run_ls(cl.o);
+  return run_wait(cl.o);
+}
+
+}  // namespace
+}  // namespace zkcli
+
+int main(int argc, char** argv) {
+  using namespace zkcli;
+  remember_inherited_fds();
+  try {
+    return run(argc, argv);
+  } catch (const exit_error& e) {
+    say("%s", e.message.c_str());
+    return e.code;
+  } catch (const std::exception& e) {
+    const exit_error err = classify(e);
+    say("%s", err.message.c_str());
+    return err.code;
+  }
+}

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// The values of zklock's options: durations (--timeout, --grace, ...), signals (--kill-signal) and
+// lease counts (--permits). Each parser throws a usage error that names the option and the problem.
+#include <signal.h>
+#include <string.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include "cli.hpp"
+
+namespace zkcli {
+
+ms parse_duration(std::string_view option, std::string_view text, bool zero_ok) {
+  auto bad = [&](const std::string& why) -> ms {
+    usage_error("bad " + std::string{option} + " \"" + std::string{text} + "\": " + why);
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) ++digits;
+  const std::string number{text.substr(0, digits)};
+  const std::string_view unit = text.substr(digits);
+  if (number.empty() || number.front() == '.' || number.back() == '.' || std::count(number.begin(), number.end(), '.') > 1)
+    return bad("expected a number with a unit, like 500ms, 10s, 2m or 1h");
+  double scale;
+  if (unit == "ms") scale = 1;
+  else if (unit.empty() || unit == "s") scale = 1000;
+  else if (unit == "m" || unit == "min") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  else return bad("unknown unit \"" + std::string{unit} + "\" (use ms, s, m or h)");
+  const double value = std::strtod(number.c_str(), nullptr) * scale;
+  if (!std::isfinite(value) || value > 1e12) return bad("too long");
+  const ms d{static_cast<std::int64_t>(std::ceil(value))};
+  if (d == ms::zero() && !zero_ok) return bad("must be more than 0");
+  return d;
+}
+
+int parse_signal(std::string_view text) {
+  std::string up;
+  for (char c : text) up += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  std::string_view name = up;
+  if (name.starts_with("SIG")) name.remove_prefix(3);
+  int number = 0;
+  const auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), number);
+  if (!name.empty() && ec == std::errc{} && ptr == name.data() + name.size()) {
+    if (number >= 1 && number <= SIGRTMAX) return number;
+  } else if (!name.empty()) {
+    for (int s = 1; s < SIGRTMIN; ++s)
+      if (const char* abbrev = ::sigabbrev_np(s); abbrev && name == abbrev) return s;
+  }
+  usage_error("bad --kill-signal \"" + std::string{text} + "\": expected a signal name like TERM or a number");
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string{"SIG"} + abbrev : "signal " + std::to_string(sig);
+}
+
+std::ptrdiff_t parse_permits(std::string_view v) {
+  std::ptrdiff_t n = 0;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size() || n < 1 || n > 1'000'000)
+    usage_error("bad --permits \"" + std::string{v} + "\": expected a whole number from 1 to 1000000");
+  return n;
+}
+
+}  // namespace zkcli
