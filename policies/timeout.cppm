@@ -7,6 +7,7 @@
 //                              becomes an error, not a hung service.
 // try_lock_for / try_lock_until take their own deadline under every policy (steady_clock, one
 // deadline across every retry); try_lock never waits.
+// Plug it in: struct my_policies : zklock::default_policies { using timeout = zklock::timeout_throw_after<5000>; };
 module;
 #include <chrono>
 #include <concepts>
