@@ -947,12 +947,10 @@ struct record_hooks {
   }
   static void on_release(const zklock::release_stats&) noexcept {}
 };
-using exec_mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                       zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
-using exec_shared_mutex = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                     zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
-using exec_semaphore = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                        zklock::timeout_forever, record_hooks>;
+struct exec_policies : zklock::default_policies { using hooks = record_hooks; };
+using exec_mutex = zklock::basic_mutex<exec_policies>;
+using exec_shared_mutex = zklock::basic_shared_mutex<exec_policies>;
+using exec_semaphore = zklock::basic_counting_semaphore<exec_policies>;
 
 /// Returns: our contender node among `kinds` under `path` (the one owned by our session).
 std::optional<std::pair<std::string, zklock::detail::node_info>> own_node(zklock::session& s, const std::string& path,
