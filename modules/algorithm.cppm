@@ -28,7 +28,8 @@
 // Session loss. Our node is ephemeral: when the session expires the server deletes it and others
 // may acquire. A waiter whose session ends (an expiry, or a disconnection longer than the loss
 // tolerance) queues again on the session's next handle, within its deadline; a grant is only ever
-// made on a node of the live session. A timeout, an exception
+// made on a node of the live session. A timeout, a cancellation (the wait context's stop token),
+// an exception
 // or a failed try deletes the attempt's node and removes its watch; if the connection is down the
 // delete is retried in the background. A create whose reply was lost is found again by the
 // attempt's unique id (protected creation).
@@ -40,6 +41,7 @@ module;
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -51,6 +53,7 @@ import :detail;
 import :rules;
 import :watch;
 import :wakeup;
+import :timeout;
 
 export namespace zklock {
 
@@ -72,12 +75,15 @@ struct grant {
 
 /// One acquire attempt: its contender node, the watches it waits on and the waiter its thread
 /// blocks on. Unless granted, it undoes everything when it ends: its watches are removed and its
-/// node deleted (in the background if the connection is down).
+/// node deleted (in the background if the connection is down). A stop request on its wait
+/// context's token wakes its waiter and ends every wait from then on.
 template <WakeupPolicy Wakeup>
 class attempt {
  public:
-  /// Effects: takes charge of the new contender node `n`; counts requests in `count`, if given.
-  attempt(session& s, held_node n, acquire_counters* count) : s_(s), node_(std::move(n)), count_(count) {
+  /// Effects: takes charge of the new contender node `n`, cancelled by `stop`; counts requests in
+  /// `count`, if given.
+  attempt(session& s, held_node n, std::stop_token stop, acquire_counters* count)
+      : s_(s), node_(std::move(n)), count_(count), stop_(std::move(stop)), on_stop_(stop_, waker{relay_}) {
     relay_->point_at(waiter_);
   }
   /// Effects: unless granted, removes the attempt's watches and deletes its node. Never throws.
@@ -131,13 +137,16 @@ class attempt {
       waiter_->reset();
     }
   }
-  /// Effects: blocks until a watch fires (since prepare_wait) or `deadline` passes.
-  /// Returns: whether a watch fired.
+  /// Effects: blocks until a watch fires (since prepare_wait), `deadline` passes or a stop is
+  /// requested. Returns: whether a watch fired (false once a stop was requested).
   bool wait(clock::time_point deadline) {
-    const bool woke = waiter_->wait_until(deadline);
+    if (cancelled()) return false;
+    const bool woke = waiter_->wait_until(deadline) && !cancelled();
     if (woke && count_) ++count_->wakeups;
     return woke;
   }
+  /// Returns: whether a stop was requested on the attempt's token.
+  bool cancelled() const noexcept { return stop_.stop_requested(); }
 
   /// Returns: a fresh children watch on `lock_path`, to arm by listing it.
   std::shared_ptr<wake_target> arm_children(const std::string& lock_path) {
@@ -209,11 +218,18 @@ class attempt {
     drop_watch(s_, w->path, children, w.get());
     sent();
   }
+  /// Wakes the current waiter when a stop is requested (on the requesting thread; never blocks).
+  struct waker {
+    std::shared_ptr<wake_relay> relay;
+    void operator()() const noexcept { relay->wake(); }
+  };
   session& s_;
   held_node node_;
   acquire_counters* count_;
   std::shared_ptr<wake_relay> relay_ = std::make_shared<wake_relay>();
   std::shared_ptr<typename Wakeup::waiter> waiter_ = std::make_shared<typename Wakeup::waiter>();
+  std::stop_token stop_;
+  std::stop_callback<waker> on_stop_;  // after relay_ and stop_: it may run in its constructor
   std::vector<std::shared_ptr<watch_slot>> ahead_;  // armed watches on contenders ahead
   std::shared_ptr<watch_slot> children_;            // the children watch, if any
   std::shared_ptr<hold_guard> guard_;               // made at the first wait, or at the grant
@@ -225,7 +241,7 @@ class attempt {
 enum class wait_outcome {
   granted,   ///< the deletions seen prove we hold, and our node stands: the grant, with no listing
   relist,    ///< they prove too little (or a watch fired for another reason): list again
-  timed_out  ///< the deadline passed
+  timed_out  ///< the deadline passed, or a stop was requested
 };
 
 /// The fast path: watches the `window` nearest counted contenders ahead of us in `queue` (where we
@@ -261,16 +277,18 @@ bool wait_for_children(attempt<Wakeup>& at, clock::time_point deadline) {
 }
 
 /// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
-/// it holds, or until `deadline`. Returns: the grant, or nullopt on timeout (nothing left behind).
+/// it holds, or until the wait context `wc` ends (its deadline passes or its stop is requested).
+/// Returns: the grant, or nullopt on timeout or cancellation (nothing left behind).
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<grant> queue_once(session& s, const std::string& lock_path, const Rule& rule,
-                                clock::time_point deadline, acquire_counters* count) {
+std::optional<grant> queue_once(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
+                                acquire_counters* count) {
+  const clock::time_point deadline = wc.deadline;
   // the create and the listing, sent back to back (more requests on a first use or a lost reply)
   auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
                                 count ? &count->requests : nullptr);
   if (!queued) return std::nullopt;
-  attempt<Wakeup> at{s, std::move(queued->node), count};
+  attempt<Wakeup> at{s, std::move(queued->node), wc.stop, count};
   const std::string self = at.node().path.substr(lock_path.size() + 1);
   std::optional<std::vector<std::string>> listing = std::move(queued->listing);
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {
@@ -291,7 +309,7 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
     if (count && first) count->position = me;
     const standing st = stand(rule, std::span<const contender>{queue}, me);
     if (st.held()) return at.granted();
-    if (clock::now() >= deadline) return std::nullopt;
+    if (clock::now() >= deadline || at.cancelled()) return std::nullopt;
 
     // Not yet: wait as the watch strategy says, then look again (or take the grant).
     const std::size_t window = Watch::window(st.ahead.size(), st.limit, look_ahead(s));
@@ -311,20 +329,23 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
 /// The one algorithm: queue_once, and again on the next session when the session ends while we
 /// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
 /// our place in the queue is lost). A grant is never queued for again: a lost hold is reported by
-/// its loss signal. Returns: the grant, or nullopt on timeout (nothing left behind).
-/// Throws: std::system_error: session_expired if no next session is connected before `deadline`
-/// or none will come (reestablish_after_expiry off; its re-establishment was refused for good);
-/// others as queue_once.
+/// its loss signal. Returns: the grant, or nullopt on timeout or cancellation (nothing left
+/// behind; a stop requested while the next session is awaited is seen once it connects or the
+/// deadline passes). Throws: std::system_error: session_expired if no next session is connected
+/// before the deadline or none will come (reestablish_after_expiry off; its re-establishment was
+/// refused for good); others as queue_once.
 template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                  clock::time_point deadline, acquire_counters* count = nullptr) {
+std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
+                                  acquire_counters* count = nullptr) {
   for (;;) {
     const std::uint64_t generation = s.generation();
     try {
-      return queue_once<Watch, Wakeup>(s, lock_path, rule, deadline, count);
+      return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count);
     } catch (const std::system_error& e) {
       if (e.code() != make_error_code(errc::session_expired)) throw;
-      if (!await_next_session(s, generation, deadline)) throw;
+      if (wc.stop.stop_requested()) return std::nullopt;  // nothing of ours is left: the session took it
+      if (!await_next_session(s, generation, wc.deadline)) throw;
+      if (wc.stop.stop_requested()) return std::nullopt;
       if (count) ++count->requeues;
     }
   }

@@ -27,6 +27,7 @@ import :session;
 import :detail;
 import :algorithm;
 import :reentrancy;
+import :timeout;
 import :hooks;
 import :policies;
 
@@ -63,13 +64,14 @@ void report_release(std::string_view path, clock::time_point granted) noexcept {
 }
 
 /// Runs the algorithm (acquire_node) with the watch and wake-up of `P` and reports the attempt to
-/// its hooks. Returns: the hold, or nullopt on timeout. Throws: as acquire_node (then no report).
+/// its hooks. Returns: the hold, or nullopt on timeout or cancellation. Throws: as acquire_node
+/// (then no report).
 template <LockPolicies P, class Rule>
-std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, clock::time_point deadline) {
+std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc) {
   using H = typename P::hooks;
   acquire_counters counters;
   const auto started = hook_now<H>();
-  auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, deadline,
+  auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc,
                                                                H::enabled ? &counters : nullptr);
   const auto granted = hook_now<H>();
   report_acquire<H>(path, granted - started, counters, g.has_value());
@@ -120,10 +122,10 @@ class hold_book {
 
   /// Effects: re-enters a hold of the caller, or reserves the caller's slot for an acquire
   /// (waiting for another thread's acquire of the same owner to finish first).
-  /// Returns: reentered, acquire, or nullopt if `deadline` passed while waiting.
+  /// Returns: reentered, acquire, or nullopt if `wc` ended (deadline or stop) while waiting.
   /// Throws: resource_deadlock_would_occur if the caller holds and R is not re-entrant;
   /// errc::lock_lost if the caller's hold was lost (it must unlock() first).
-  std::optional<start> begin(clock::time_point deadline) {
+  std::optional<start> begin(const wait_context& wc) {
     std::unique_lock lk{mu_};
     const auto key = R::owner();
     for (;;) {
@@ -138,9 +140,12 @@ class hold_book {
         ++it->second.count;
         return start::reentered;
       }
-      if (deadline == clock::time_point::max())
-        cv_.wait(lk);
-      else if (cv_.wait_until(lk, deadline) == std::cv_status::timeout)
+      const auto done = [&] {
+        const auto at = holds_.find(key);
+        return at == holds_.end() || !at->second.acquiring;
+      };
+      if (!(wc.deadline == clock::time_point::max() ? cv_.wait(lk, wc.stop, done)
+                                                    : cv_.wait_until(lk, wc.stop, wc.deadline, done)))
         return std::nullopt;
     }
     holds_[key].acquiring = true;
@@ -215,7 +220,7 @@ class hold_book {
     bool acquiring = false;
   };
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable_any cv_;  // _any: its waits also end on a stop request
   std::map<std::thread::id, entry> holds_;
 };
 
@@ -231,16 +236,16 @@ class lock_side {
     for (auto& h : book_.take_all()) (void)end_hold(s_, h);
   }
 
-  /// Effects: re-enters the caller's hold, or runs the algorithm with `rule` until `deadline`.
+  /// Effects: re-enters the caller's hold, or runs the algorithm with `rule` within `wc`.
   /// Returns: whether the caller holds. Throws: as hold_book::begin and acquire_node.
   template <class Rule>
-  bool acquire(const Rule& rule, clock::time_point deadline) {
-    const auto st = book_.begin(deadline);
+  bool acquire(const Rule& rule, const wait_context& wc) {
+    const auto st = book_.begin(wc);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
     std::optional<hold> h;
     try {
-      h = acquire_hold<P>(s_, path_, rule, deadline);
+      h = acquire_hold<P>(s_, path_, rule, wc);
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
@@ -251,9 +256,9 @@ class lock_side {
   }
 
   /// Effects: gives the caller a hold on `n`, a node it holds through another side (a downgrade
-  /// shares the write node with the read side). Returns: false if `deadline` passed meanwhile.
-  bool adopt(const held_node& n, clock::time_point deadline) {
-    const auto st = book_.begin(deadline);
+  /// shares the write node with the read side). Returns: false if `wc` ended meanwhile.
+  bool adopt(const held_node& n, const wait_context& wc) {
+    const auto st = book_.begin(wc);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
     std::shared_ptr<hold_guard> guard;

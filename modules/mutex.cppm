@@ -13,6 +13,7 @@ import :detail;
 import :rules;
 import :holds;
 import :policies;
+import :timeout;
 
 export namespace zklock {
 
@@ -39,27 +40,32 @@ class basic_mutex {
   /// reentrancy policy does not re-enter; errc::lock_timeout when the timeout policy's bound
   /// passes; session or server failures.
   void lock() {
-    if (!side_.acquire(detail::exclusive_rule{}, P::timeout::lock_deadline(detail::clock::now())))
+    if (!side_.acquire(detail::exclusive_rule{}, {P::timeout::lock_deadline(detail::clock::now())}))
       throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
   }
 
   /// Effects: one attempt without waiting. Returns: whether the caller now holds the lock.
   /// Throws: as lock(), but never lock_timeout.
-  bool try_lock() { return side_.acquire(detail::exclusive_rule{}, detail::clock::now()); }
+  bool try_lock() { return side_.acquire(detail::exclusive_rule{}, {detail::clock::now()}); }
 
   /// Effects: waits at most `d`. Returns: whether the caller holds the lock; on false nothing of
   /// the attempt is left on the server. Throws: as try_lock(); std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return side_.acquire(detail::exclusive_rule{}, detail::deadline_after(d, "try_lock_for"));
+    return side_.acquire(detail::exclusive_rule{}, {detail::deadline_after(d, "try_lock_for")});
   }
 
   /// Effects: waits until `t` at most (converted to steady_clock once; a past `t` makes one
   /// attempt). Returns: as try_lock_for. Throws: as try_lock().
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return side_.acquire(detail::exclusive_rule{}, detail::steady_deadline(t));
+    return side_.acquire(detail::exclusive_rule{}, {detail::steady_deadline(t)});
   }
+
+  /// Effects: waits until `wc.deadline` at most, and only until a stop is requested on `wc.stop`
+  /// (from any thread). Returns: whether the caller holds the lock; on false (the deadline passed
+  /// or the wait was cancelled) nothing of the attempt is left on the server. Throws: as try_lock().
+  bool try_lock(const wait_context& wc) { return side_.acquire(detail::exclusive_rule{}, wc); }
 
   /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
   /// background if the connection is down). Does nothing if the caller does not hold (the

@@ -19,6 +19,7 @@ import :detail;
 import :rules;
 import :holds;
 import :policies;
+import :timeout;
 
 export namespace zklock {
 
@@ -49,24 +50,28 @@ class basic_counting_semaphore {
   /// Effects: blocks until a lease is granted. Throws: errc::lock_timeout when the timeout policy's bound passes;
   /// session or server failures.
   void acquire() {
-    if (!try_acquire_until_impl(P::timeout::lock_deadline(detail::clock::now())))
+    if (!try_acquire_until_impl({P::timeout::lock_deadline(detail::clock::now())}))
       throw_error(errc::lock_timeout, "zklock: acquire() on " + path_);
   }
   /// Effects, Returns: one attempt without waiting: whether a lease was granted. Throws: as
   /// acquire(), but never lock_timeout.
-  bool try_acquire() { return try_acquire_until_impl(detail::clock::now()); }
+  bool try_acquire() { return try_acquire_until_impl({detail::clock::now()}); }
   /// Effects, Returns: waits at most `d` for a lease. Throws: as try_acquire();
   /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_acquire_until_impl(detail::deadline_after(d, "try_acquire_for"));
+    return try_acquire_until_impl({detail::deadline_after(d, "try_acquire_for")});
   }
   /// Effects, Returns: waits until `t` at most for a lease (a past `t`: one attempt).
   /// Throws: as try_acquire().
   template <class Clock, class Duration>
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_acquire_until_impl(detail::steady_deadline(t));
+    return try_acquire_until_impl({detail::steady_deadline(t)});
   }
+  /// Effects, Returns: waits for a lease within `wc` (its deadline, and until a stop is requested
+  /// on its token); false on timeout or cancellation, leaving nothing on the server. Throws: as
+  /// try_acquire().
+  bool try_acquire(const wait_context& wc) { return try_acquire_until_impl(wc); }
   /// Effects: returns the most recently granted lease of this object (a delete the server refuses
   /// goes to the log handler; release(ec) reports it). Throws: std::system_error(errc::not_held)
   /// if it holds none.
@@ -118,6 +123,14 @@ class basic_counting_semaphore {
       return false;
     }
   }
+  /// Returns: the fencing token of the most recently granted lease of this object (the one
+  /// release() returns next): the creation zxid of its node, larger than that of every lease
+  /// granted before it. Throws: std::system_error(errc::not_held) if the object holds no lease.
+  std::int64_t fencing_token() const {
+    const auto l = latest();
+    if (!l) throw_error(errc::not_held, "zklock: fencing_token() on " + path_ + " without a lease");
+    return l->node.czxid;
+  }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -126,8 +139,8 @@ class basic_counting_semaphore {
     if (n < 1 || n > 1'000'000) throw std::invalid_argument("zklock: a semaphore needs 1..1000000 leases");
     return n;
   }
-  bool try_acquire_until_impl(detail::clock::time_point d) {
-    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, d);
+  bool try_acquire_until_impl(const wait_context& wc) {
+    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc);
     if (!l) return false;
     try {
       std::lock_guard lk{mu_};

@@ -13,6 +13,7 @@ import :detail;
 import :rules;
 import :holds;
 import :policies;
+import :timeout;
 
 export namespace zklock {
 
@@ -38,24 +39,28 @@ class basic_shared_mutex {
   /// if the caller holds the read side (or the write side and the reentrancy
   /// policy does not re-enter); as basic_mutex.
   void lock() {
-    if (!try_lock_until_impl(P::timeout::lock_deadline(detail::clock::now())))
+    if (!try_lock_until_impl({P::timeout::lock_deadline(detail::clock::now())}))
       throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
   }
   /// Effects, Returns: one attempt at the write side without waiting. Throws: as lock(), but never
   /// lock_timeout.
-  bool try_lock() { return try_lock_until_impl(detail::clock::now()); }
+  bool try_lock() { return try_lock_until_impl({detail::clock::now()}); }
   /// Effects, Returns: waits at most `d` for the write side. Throws: as try_lock();
   /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_until_impl(detail::deadline_after(d, "try_lock_for"));
+    return try_lock_until_impl({detail::deadline_after(d, "try_lock_for")});
   }
   /// Effects, Returns: waits until `t` at most for the write side (a past `t`: one attempt).
   /// Throws: as try_lock().
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_lock_until_impl(detail::steady_deadline(t));
+    return try_lock_until_impl({detail::steady_deadline(t)});
   }
+  /// Effects, Returns: waits for the write side within `wc` (its deadline, and until a stop is
+  /// requested on its token); false on timeout or cancellation, leaving nothing on the server.
+  /// Throws: as try_lock().
+  bool try_lock(const wait_context& wc) { return try_lock_until_impl(wc); }
   /// Effects: releases the caller's write hold. Never throws.
   void unlock() noexcept { (void)write_.release_unless_held_by(read_); }
   /// Effects: as unlock(); `ec` is errc::not_held (and nothing happens) if the caller holds no write
@@ -71,24 +76,27 @@ class basic_shared_mutex {
 
   /// Effects: blocks until the caller holds the read side. Throws: as lock().
   void lock_shared() {
-    if (!try_lock_shared_until_impl(P::timeout::lock_deadline(detail::clock::now())))
+    if (!try_lock_shared_until_impl({P::timeout::lock_deadline(detail::clock::now())}))
       throw_error(errc::lock_timeout, "zklock: lock_shared() on " + path_);
   }
   /// Effects, Returns: one attempt at the read side without waiting. Throws: as lock_shared(), but
   /// never lock_timeout.
-  bool try_lock_shared() { return try_lock_shared_until_impl(detail::clock::now()); }
+  bool try_lock_shared() { return try_lock_shared_until_impl({detail::clock::now()}); }
   /// Effects, Returns: waits at most `d` for the read side. Throws: as try_lock_shared();
   /// std::invalid_argument if `d` < 0.
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_shared_until_impl(detail::deadline_after(d, "try_lock_shared_for"));
+    return try_lock_shared_until_impl({detail::deadline_after(d, "try_lock_shared_for")});
   }
   /// Effects, Returns: waits until `t` at most for the read side (a past `t`: one attempt).
   /// Throws: as try_lock_shared().
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_lock_shared_until_impl(detail::steady_deadline(t));
+    return try_lock_shared_until_impl({detail::steady_deadline(t)});
   }
+  /// Effects, Returns: waits for the read side within `wc`, as try_lock(wc). Throws: as
+  /// try_lock_shared().
+  bool try_lock_shared(const wait_context& wc) { return try_lock_shared_until_impl(wc); }
   /// Effects: releases the caller's read hold. Never throws.
   void unlock_shared() noexcept { (void)read_.release_unless_held_by(write_); }
   /// Effects: as unlock_shared(); `ec` is errc::not_held (and nothing happens) if the caller holds no
@@ -104,6 +112,11 @@ class basic_shared_mutex {
 
   /// Returns: the fencing token of the caller's write hold. Throws: errc::not_held.
   std::int64_t fencing_token() const { return write_.fencing_token(); }
+  /// Returns: the fencing token of the caller's read hold: the creation zxid of its read node (of
+  /// the write node it shares after a downgrade). Every writer granted after this hold ends gets a
+  /// larger token; readers holding together have distinct tokens that exclude nobody.
+  /// Throws: std::system_error(errc::not_held) if the caller holds no read side.
+  std::int64_t fencing_token_shared() const { return read_.fencing_token(); }
   /// Returns: whether the caller holds the write side.
   bool owns_lock() const noexcept { return write_.held(); }
   /// Returns: whether the caller holds the read side.
@@ -117,16 +130,16 @@ class basic_shared_mutex {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  bool try_lock_until_impl(detail::clock::time_point d) {
+  bool try_lock_until_impl(const wait_context& wc) {
     if (read_.held())
       throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                               "zklock: a reader asked for the write side of " + path_);
-    return write_.acquire(detail::write_rule{}, d);
+    return write_.acquire(detail::write_rule{}, wc);
   }
-  bool try_lock_shared_until_impl(detail::clock::time_point d) {
+  bool try_lock_shared_until_impl(const wait_context& wc) {
     // Downgrade: a new read node would queue behind writers that came after ours; share ours.
-    if (const auto w = write_.held_node_of_caller()) return read_.adopt(*w, d);
-    return read_.acquire(detail::read_rule{}, d);
+    if (const auto w = write_.held_node_of_caller()) return read_.adopt(*w, wc);
+    return read_.acquire(detail::read_rule{}, wc);
   }
   std::string path_;
   detail::lock_side<P> write_;
