@@ -443,13 +443,21 @@ struct strategy<zklock::watch_children> {
 };
 
 template <class W>
-using mutex_t = zklock::basic_mutex<W>;
+struct watch_policies : zklock::default_policies {
+  using watch = W;
+};
 template <class W>
-using recursive_t = zklock::basic_mutex<W, zklock::wake_condition_variable, zklock::reentrancy_per_thread>;
+struct recursive_policies : watch_policies<W> {
+  using reentrancy = zklock::reentrancy_per_thread;
+};
 template <class W>
-using shared_t = zklock::basic_shared_mutex<W>;
+using mutex_t = zklock::basic_mutex<watch_policies<W>>;
 template <class W>
-using semaphore_t = zklock::basic_counting_semaphore<W>;
+using recursive_t = zklock::basic_mutex<recursive_policies<W>>;
+template <class W>
+using shared_t = zklock::basic_shared_mutex<watch_policies<W>>;
+template <class W>
+using semaphore_t = zklock::basic_counting_semaphore<watch_policies<W>>;
 
 template <class W>
 std::string path_of(std::string_view leaf) {
@@ -595,7 +603,7 @@ void scen_reentrant(zklock::session& s, raw_zk& raw) {
   s.flush();
   json(strategy<W>::lib, "b_reentrant")
       .boolean("supported", true)
-      .str("type", "basic_mutex<..., reentrancy_per_thread> (zklock::recursive_mutex)")
+      .str("type", "basic_mutex<{reentrancy = reentrancy_per_thread}> (zklock::recursive_mutex)")
       .integer("n", cfg.n)
       .lat("", cyc)
       .num("ops_s", cfg.n / el)

@@ -216,8 +216,12 @@ struct counting_hooks {
 };
 
 template <class Watch>
-using counted_mutex = zklock::basic_mutex<Watch, zklock::wake_condition_variable, zklock::reentrancy_none,
-                                          zklock::timeout_forever, counting_hooks>;
+struct counted_policies : zklock::default_policies {
+  using watch = Watch;
+  using hooks = counting_hooks;
+};
+template <class Watch>
+using counted_mutex = zklock::basic_mutex<counted_policies<Watch>>;
 
 template <class Watch>
 void long_queue(const std::string& base, int waiters, const char* watch_name) {

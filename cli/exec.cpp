@@ -21,12 +21,12 @@ struct record_hooks {
   }
   static void on_release(const zklock::release_stats&) noexcept {}
 };
-using exec_mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                       zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
-using exec_shared_mutex = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                     zklock::reentrancy_none, zklock::timeout_forever, record_hooks>;
-using exec_semaphore = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                        zklock::timeout_forever, record_hooks>;
+struct exec_policies : zklock::default_policies {
+  using hooks = record_hooks;
+};
+using exec_mutex = zklock::basic_mutex<exec_policies>;
+using exec_shared_mutex = zklock::basic_shared_mutex<exec_policies>;
+using exec_semaphore = zklock::basic_counting_semaphore<exec_policies>;
 
 const char* kind_name(bridge::node_kind k) {
   switch (k) {

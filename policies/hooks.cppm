@@ -10,8 +10,10 @@
 //   Example:        struct prom_hooks { static constexpr bool enabled = true;
 //                     static void on_acquire(const zklock::acquire_stats& s) noexcept { wait_hist.observe(s.wait); }
 //                     static void on_release(const zklock::release_stats& s) noexcept { hold_hist.observe(s.held); } };
-//                   using observed_mutex = zklock::basic_mutex<zklock::watch_predecessor,
-//                       zklock::wake_condition_variable, zklock::reentrancy_none, zklock::timeout_forever, prom_hooks>;
+//                   struct observed : zklock::default_policies { using hooks = prom_hooks; };
+//                   using observed_mutex = zklock::basic_mutex<observed>;
+// Plug it in as the bundle's `hooks` (zklock:policies). The lock types call the hooks through one
+// helper that compiles every measurement out when `enabled` is false.
 module;
 #include <chrono>
 #include <concepts>

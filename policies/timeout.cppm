@@ -7,10 +7,17 @@
 //                              becomes an error, not a hung service.
 // try_lock_for / try_lock_until take their own deadline under every policy (steady_clock, one
 // deadline across every retry); try_lock never waits.
+// Plug it in: struct my_policies : zklock::default_policies { using timeout = zklock::timeout_throw_after<5000>; };
+//
+// wait_context  One call's bound, whatever the policy: a deadline and a stop token. A stop request
+//               (from any thread) ends the wait as the deadline would: the try returns false and
+//               leaves no contender node behind. try_lock(wait_context), try_lock_shared(...) and
+//               try_acquire(...) take one.
 module;
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <stop_token>
 #include <type_traits>
 export module zklock:timeout;
 
@@ -21,6 +28,15 @@ export namespace zklock {
 template <class P>
 concept TimeoutPolicy = std::is_empty_v<P> && requires(std::chrono::steady_clock::time_point now) {
   { P::lock_deadline(now) } -> std::same_as<std::chrono::steady_clock::time_point>;
+};
+
+/// How long one acquire may wait (see the banner): until `deadline`, and while `stop` is not
+/// requested. A default-constructed context waits forever and cannot be cancelled.
+struct wait_context {
+  /// The latest moment to be granted; time_point::max(): no deadline. A past one: one attempt.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  /// A stop request ends the wait (the try returns false); an empty token never does.
+  std::stop_token stop{};
 };
 
 /// lock() waits forever (see the banner).

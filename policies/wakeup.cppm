@@ -9,6 +9,7 @@
 //                            wait. One small allocation per wait.
 // Both wake exactly the waiting thread, never others sharing the lock object, and the watch
 // callback only flips a flag: it never blocks the ZooKeeper event thread.
+// Plug it in: struct my_policies : zklock::default_policies { using wakeup = zklock::wake_latch; };
 module;
 #include <atomic>
 #include <chrono>

@@ -19,6 +19,8 @@
 //   watch_children     A children watch on the lock node: every waiter wakes on every join and
 //                      leave, lists again and re-arms (the simple recipe; a herd: two requests from
 //                      every waiter on every change). Only for very short queues, or to compare.
+// Plug it in: struct my_policies : zklock::default_policies { using watch = zklock::watch_children; };
+// Your own model only needs window() (below): the algorithm asks it and nothing else.
 module;
 #include <concepts>
 #include <cstddef>
@@ -33,13 +35,12 @@ enum class watch_kind {
   children      ///< the lock node's children
 };
 
-/// A watch strategy: an empty type whose static `kind` says what its waiters watch, and whose
-/// static window(ahead, limit, far) says how many of the `ahead` counted contenders ahead of a
-/// waiter it watches (the nearest ones) when fewer than `limit` may be ahead for a grant and round
-/// trips are dear (`far`) or not; 0 = the lock node's children instead.
+/// A watch strategy: an empty type whose static window(ahead, limit, far) says how many of the
+/// `ahead` counted contenders ahead of a waiter it watches (the nearest ones) when fewer than
+/// `limit` may be ahead for a grant and round trips are dear (`far`) or not; 0 = the lock node's
+/// children instead. (The models below also name their `kind`, for reports and tests.)
 template <class P>
 concept WatchStrategy = std::is_empty_v<P> && requires(std::size_t n, bool far) {
-  { P::kind } -> std::convertible_to<watch_kind>;
   { P::window(n, n, far) } noexcept -> std::same_as<std::size_t>;
 };
 

@@ -85,12 +85,12 @@ struct requeue_hooks {
   static void on_release(const zklock::release_stats&) noexcept {}
 };
 // zklock::mutex, shared_mutex and counting_semaphore with the hooks above.
-using mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable, zklock::reentrancy_none,
-                                  zklock::timeout_forever, requeue_hooks>;
-using shared_mutex = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                zklock::reentrancy_none, zklock::timeout_forever, requeue_hooks>;
-using semaphore = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                   zklock::timeout_forever, requeue_hooks>;
+struct requeue_policies : zklock::default_policies {
+  using hooks = requeue_hooks;
+};
+using mutex = zklock::basic_mutex<requeue_policies>;
+using shared_mutex = zklock::basic_shared_mutex<requeue_policies>;
+using semaphore = zklock::basic_counting_semaphore<requeue_policies>;
 
 /// What a contender does with its lock: one acquire within `d` (true: granted), the fencing token
 /// (0: none; readers and leases have none), the hold's loss signal, the release.

@@ -77,8 +77,11 @@ void report(const std::string& key, long long value, std::string_view unit = "ms
 
 /// A blocking lock() that gives up (throws lock_timeout) instead of hanging a broken test, owned by
 /// the object so that the test thread may inspect or release what a helper thread acquired.
-using bounded_mutex = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                          zklock::reentrancy_counted_owner, zklock::timeout_throw_after<300'000>>;
+struct bounded_policies : zklock::default_policies {
+  using reentrancy = zklock::reentrancy_counted_owner;
+  using timeout = zklock::timeout_throw_after<300'000>;
+};
+using bounded_mutex = zklock::basic_mutex<bounded_policies>;
 
 // ---- small system helpers -----------------------------------------------------------------------
 
@@ -861,11 +864,11 @@ TEST(FaultInjection, WatchersOfAbandonedWaitsSurviveSessionEvents) {
   const auto wait = scaled(1500ms);
   {
     std::vector<std::jthread> threads;
-    std::vector<std::unique_ptr<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>> ms;
-    std::vector<std::unique_ptr<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>> cs;
+    std::vector<std::unique_ptr<zkt::combo<zklock::watch_predecessor, zklock::wake_latch>::mutex>> ms;
+    std::vector<std::unique_ptr<zkt::combo<zklock::watch_children, zklock::wake_condition_variable>::mutex>> cs;
     for (int i = 0; i < waiters; ++i) {
-      ms.push_back(std::make_unique<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>(s, path));
-      cs.push_back(std::make_unique<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>(s, path));
+      ms.push_back(std::make_unique<zkt::combo<zklock::watch_predecessor, zklock::wake_latch>::mutex>(s, path));
+      cs.push_back(std::make_unique<zkt::combo<zklock::watch_children, zklock::wake_condition_variable>::mutex>(s, path));
     }
     for (int i = 0; i < waiters; ++i) {
       const auto idx = static_cast<std::size_t>(i);

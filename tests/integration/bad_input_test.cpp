@@ -94,9 +94,9 @@ const std::vector<entry_point>& path_entry_points() {
       {"recursive_mutex", [](zklock::session& s, const std::string& p) { zklock::recursive_mutex m{s, p}; }},
       {"owner_mutex", [](zklock::session& s, const std::string& p) { zklock::owner_mutex m{s, p}; }},
       {"shared_mutex", [](zklock::session& s, const std::string& p) { zklock::shared_mutex m{s, p}; }},
-      {"basic_mutex<watch_children, wake_latch>",
+      {"basic_mutex<{watch_children, wake_latch}>",
        [](zklock::session& s, const std::string& p) {
-         zklock::basic_mutex<zklock::watch_children, zklock::wake_latch> m{s, p};
+         zkt::combo<zklock::watch_children, zklock::wake_latch>::mutex m{s, p};
        }},
       {"counting_semaphore", [](zklock::session& s, const std::string& p) { zklock::counting_semaphore m{s, p, 1}; }},
       {"contenders", [](zklock::session& s, const std::string& p) { (void)zklock::contenders(s, p); }},
@@ -213,9 +213,9 @@ std::vector<row> table() {
   rows.push_back({"owner_mutex::try_lock_for(-1 s)",
                   [](zklock::session& s, const std::string& base) { (void)zklock::owner_mutex{s, base + "/m"}.try_lock_for(-1s); },
                   invalid("try_lock_for")});
-  rows.push_back({"basic_mutex<watch_children, wake_latch>::try_lock_for(-1 ms)",
+  rows.push_back({"basic_mutex<{watch_children, wake_latch}>::try_lock_for(-1 ms)",
                   [](zklock::session& s, const std::string& base) {
-                    zklock::basic_mutex<zklock::watch_children, zklock::wake_latch> m{s, base + "/m"};
+                    zkt::combo<zklock::watch_children, zklock::wake_latch>::mutex m{s, base + "/m"};
                     (void)m.try_lock_for(-1ms);
                   },
                   invalid("try_lock_for")});

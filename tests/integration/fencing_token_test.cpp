@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fencing tokens: the holder's node's creation zxid, strictly increasing across successive holders
 // (mutex and the write side of a read/write lock), refused when not held — for every watch
-// strategy x wake-up combination.
+// strategy x wake-up combination; the tokens of read holds and semaphore leases.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -145,6 +145,53 @@ TEST(FencingTokenNotHeld, Throws) {
   EXPECT_EQ(rw.fencing_token(), czxid_of(rw_path, s));
   rw.unlock();
   EXPECT_EQ(code_of([&] { (void)rw.fencing_token(); }), not_held);
+}
+
+// A read hold's token is its read node's czxid (the write node's after a downgrade); a writer
+// after it gets a larger one. Refused without a read hold.
+TEST(FencingTokenShared, ReadHolds) {
+  const auto path = zkt::unique_path("fence-read");
+  zklock::session s{zkt::options()};
+  const auto not_held = std::error_code{zklock::errc::not_held};
+  zklock::shared_mutex rw{s, path};
+  EXPECT_EQ(code_of([&] { (void)rw.fencing_token_shared(); }), not_held);
+  rw.lock_shared();
+  const std::int64_t read = rw.fencing_token_shared();
+  EXPECT_EQ(read, czxid_of(path, s, "__READ__"));
+  EXPECT_EQ(code_of([&] { (void)rw.fencing_token(); }), not_held) << "a reader has no write token";
+  rw.unlock_shared();
+  EXPECT_EQ(code_of([&] { (void)rw.fencing_token_shared(); }), not_held);
+
+  rw.lock();
+  const std::int64_t write = rw.fencing_token();
+  EXPECT_GT(write, read);
+  EXPECT_EQ(code_of([&] { (void)rw.fencing_token_shared(); }), not_held) << "a writer has no read token";
+  rw.lock_shared();  // downgrade: the read hold shares the write node
+  EXPECT_EQ(rw.fencing_token_shared(), write);
+  rw.unlock();
+  EXPECT_EQ(rw.fencing_token_shared(), write);
+  rw.unlock_shared();
+  EXPECT_EQ(code_of([&] { (void)rw.fencing_token_shared(); }), not_held);
+}
+
+// A semaphore's token is its most recent lease's czxid: later leases get larger ones; release()
+// makes the earlier lease's token current again. Refused without a lease.
+TEST(FencingTokenShared, SemaphoreLeases) {
+  const auto path = zkt::unique_path("fence-sem");
+  zklock::session s{zkt::options()};
+  const auto not_held = std::error_code{zklock::errc::not_held};
+  zklock::counting_semaphore sem{s, path, 2};
+  EXPECT_EQ(code_of([&] { (void)sem.fencing_token(); }), not_held);
+  sem.acquire();
+  const std::int64_t first = sem.fencing_token();
+  EXPECT_EQ(first, czxid_of(path, s));
+  sem.acquire();
+  const std::int64_t second = sem.fencing_token();
+  EXPECT_GT(second, first);
+  sem.release();
+  EXPECT_EQ(sem.fencing_token(), first);
+  sem.release();
+  EXPECT_EQ(code_of([&] { (void)sem.fencing_token(); }), not_held);
 }
 
 }  // namespace

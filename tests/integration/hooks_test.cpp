@@ -35,12 +35,12 @@ struct test_hooks {
 };
 static_assert(zklock::Hooks<test_hooks> && zklock::Hooks<zklock::no_hooks>);
 
-using observed = zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                     zklock::reentrancy_none, zklock::timeout_forever, test_hooks>;
-using observed_rw = zklock::basic_shared_mutex<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                               zklock::reentrancy_none, zklock::timeout_forever, test_hooks>;
-using observed_sem = zklock::basic_counting_semaphore<zklock::watch_predecessor, zklock::wake_condition_variable,
-                                                      zklock::timeout_forever, test_hooks>;
+struct observed_policies : zklock::default_policies {
+  using hooks = test_hooks;
+};
+using observed = zklock::basic_mutex<observed_policies>;
+using observed_rw = zklock::basic_shared_mutex<observed_policies>;
+using observed_sem = zklock::basic_counting_semaphore<observed_policies>;
 
 class Hooks : public ::testing::Test {
  protected:

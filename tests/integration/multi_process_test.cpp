@@ -181,9 +181,9 @@ int append_with(const std::vector<std::string>& a) {
 
 int role_append(const std::vector<std::string>& a) {
   switch (a.size() > 5 ? std::stoi(a[5]) : 0) {
-    case 1: return append_with<zklock::basic_mutex<zklock::watch_predecessor, zklock::wake_latch>>(a);
-    case 2: return append_with<zklock::basic_mutex<zklock::watch_children, zklock::wake_condition_variable>>(a);
-    case 3: return append_with<zklock::basic_mutex<zklock::watch_children, zklock::wake_latch>>(a);
+    case 1: return append_with<zkt::combo<zklock::watch_predecessor, zklock::wake_latch>::mutex>(a);
+    case 2: return append_with<zkt::combo<zklock::watch_children, zklock::wake_condition_variable>::mutex>(a);
+    case 3: return append_with<zkt::combo<zklock::watch_children, zklock::wake_latch>::mutex>(a);
     default: return append_with<zklock::mutex>(a);
   }
 }

@@ -64,8 +64,13 @@ std::vector<std::size_t> granted_wakeups(const std::string& path) {
 
 template <class W, class K>
 struct counted {
-  using mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_forever, wake_hooks>;
-  using semaphore = zklock::basic_counting_semaphore<W, K, zklock::timeout_forever, wake_hooks>;
+  struct policies : zklock::default_policies {
+    using watch = W;
+    using wakeup = K;
+    using hooks = wake_hooks;
+  };
+  using mutex = zklock::basic_mutex<policies>;
+  using semaphore = zklock::basic_counting_semaphore<policies>;
   static constexpr bool predecessor = W::kind == zklock::watch_kind::predecessor;
 };
 using counted_combos = ::testing::Types<counted<zklock::watch_predecessor, zklock::wake_condition_variable>,

@@ -55,10 +55,15 @@ static_assert(zklock::TimeoutPolicy<zklock::timeout_forever> && zklock::TimeoutP
 static_assert(!zklock::WatchStrategy<int> && !zklock::WakeupPolicy<zklock::watch_children> &&
               !zklock::TimeoutPolicy<zklock::reentrancy_none>);
 
-using custom = zklock::basic_mutex<zklock::watch_children, zklock::wake_latch, zklock::reentrancy_counted_owner,
-                                   zklock::timeout_throw_after<5000>>;
+struct custom_policies : zklock::default_policies {
+  using watch = zklock::watch_children;
+  using wakeup = zklock::wake_latch;
+  using reentrancy = zklock::reentrancy_counted_owner;
+  using timeout = zklock::timeout_throw_after<5000>;
+};
+using custom = zklock::basic_mutex<custom_policies>;
 static_assert(TimedLockable<custom>);
-static_assert(std::same_as<custom::wakeup_policy, zklock::wake_latch>);
+static_assert(std::same_as<custom::policies::wakeup, zklock::wake_latch>);
 
 // The standard wrappers instantiate over our types.
 [[maybe_unused]] void standard_wrappers(zklock::mutex& a, zklock::recursive_mutex& b, zklock::shared_mutex& rw) {

@@ -198,15 +198,29 @@ namespace zkt {
 /// The lock types of one watch strategy x wake-up combination, for typed tests over all four.
 template <class W, class K>
 struct combo {
-  using mutex = zklock::basic_mutex<W, K>;
+  /// The combination's bundle: the watch and wake-up under test, the other axes by default.
+  struct policies : zklock::default_policies {
+    using watch = W;
+    using wakeup = K;
+  };
+  struct recursive_policies : policies {
+    using reentrancy = zklock::reentrancy_per_thread;
+  };
+  struct owner_policies : policies {
+    using reentrancy = zklock::reentrancy_counted_owner;
+  };
+  struct timed_policies : policies {
+    using timeout = zklock::timeout_throw_after<300>;
+  };
+  using mutex = zklock::basic_mutex<policies>;
   using plain = mutex;
-  using recursive = zklock::basic_mutex<W, K, zklock::reentrancy_per_thread>;
-  using owner = zklock::basic_mutex<W, K, zklock::reentrancy_counted_owner>;
-  using shared_mutex = zklock::basic_shared_mutex<W, K>;
-  using semaphore = zklock::basic_counting_semaphore<W, K>;
-  using timed_mutex = zklock::basic_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
-  using timed_shared_mutex = zklock::basic_shared_mutex<W, K, zklock::reentrancy_none, zklock::timeout_throw_after<300>>;
-  using timed_semaphore = zklock::basic_counting_semaphore<W, K, zklock::timeout_throw_after<300>>;
+  using recursive = zklock::basic_mutex<recursive_policies>;
+  using owner = zklock::basic_mutex<owner_policies>;
+  using shared_mutex = zklock::basic_shared_mutex<policies>;
+  using semaphore = zklock::basic_counting_semaphore<policies>;
+  using timed_mutex = zklock::basic_mutex<timed_policies>;
+  using timed_shared_mutex = zklock::basic_shared_mutex<timed_policies>;
+  using timed_semaphore = zklock::basic_counting_semaphore<timed_policies>;
   /// The bound of the timed_ types' blocking calls.
   static constexpr std::chrono::milliseconds timed_bound{300};
   /// Whether waiters set data watches, which the server's "wchp" lists (it omits children watches).

@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:algorithm — the one lock algorithm every lock type runs (the lock types: zklock:mutex,
+// zklock:shared_mutex, zklock:semaphore; their hold bookkeeping: zklock:holds).
+//
+// The recipe. To acquire, a contender creates an ephemeral-sequential node under the lock node
+// (missing parents become container nodes, so the server reaps them when they empty) and lists
+// the children. Contenders queue in the order of their sequence numbers (serial-number arithmetic,
+// right across the 32-bit wrap); children that are not contenders are ignored. A mode rule
+// (zklock:rules) says which contenders ahead count (all of them for a mutex, a writer or a
+// semaphore; writers for a reader) and how many of them may remain while it holds (the lease
+// count for a semaphore, else 1). Releasing deletes the node. Queue order makes the locks fair
+// (first come, first served).
+//
+// Waiting. A waiter that does not hold watches the few nearest counted contenders ahead (the watch
+// strategy says how many: with watch_predecessor one more than the grant needs to see go) and
+// counts their deletions. Nobody can join ahead of it, so the deletions it saw bound how many are
+// left: when they prove it holds, and its own node provably stands, the deletion event itself is
+// the grant, one round trip after the release (the fast path: grant_on_deletion). When a deletion
+// proves too little, it lists again and moves its watches up; watching one contender more than
+// needed makes that happen while the contender just ahead still holds, so the listing is off the
+// critical path of the handoff. (A strategy that watches the children instead waits for any
+// change and lists again: wait_for_children.)
+//
+// Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
+// blocking lock() waits (see policies/, bundled by zklock:policies). The ZooKeeper work is done by a few non-template functions
+// (zklock:detail); these templates only decide.
+//
+// Session loss. Our node is ephemeral: when the session expires the server deletes it and others
+// may acquire. A waiter whose session ends (an expiry, or a disconnection longer than the loss
+// tolerance) queues again on the session's next handle, within its deadline; a grant is only ever
+// made on a node of the live session. A timeout, a cancellation (the wait context's stop token),
+// an exception
+// or a failed try deletes the attempt's node and removes its watch; if the connection is down the
+// delete is retried in the background. A create whose reply was lost is found again by the
+// attempt's unique id (protected creation).
+module;
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+export module zklock:algorithm;
+import :errors;
+import :session;
+import :detail;
+import :rules;
+import :watch;
+import :wakeup;
+import :timeout;
+
+export namespace zklock {
+
+namespace detail {
+
+/// What one acquire attempt did (for hooks; counted only when asked for).
+struct acquire_counters {
+  std::size_t position = 0;  ///< contenders ahead at the first listing
+  std::size_t wakeups = 0;   ///< watch firings that made the attempt look again
+  std::size_t requests = 0;  ///< ZooKeeper requests the attempt sent
+  std::size_t requeues = 0;  ///< times it queued again after its session ended while it waited
+};
+
+/// A granted contender node and the loss signal of its hold.
+struct grant {
+  held_node node;                     ///< the node we hold
+  std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost; its node watch may be armed
+};
+
+/// One acquire attempt: its contender node, the watches it waits on and the waiter its thread
+/// blocks on. Unless granted, it undoes everything when it ends: its watches are removed and its
+/// node deleted (in the background if the connection is down). A stop request on its wait
+/// context's token wakes its waiter and ends every wait from then on.
+template <WakeupPolicy Wakeup>
+class attempt {
+ public:
+  /// Effects: takes charge of the new contender node `n`, cancelled by `stop`; counts requests in
+  /// `count`, if given.
+  attempt(session& s, held_node n, std::stop_token stop, acquire_counters* count)
+      : s_(s), node_(std::move(n)), count_(count), stop_(std::move(stop)), on_stop_(stop_, waker{relay_}) {
+    relay_->point_at(waiter_);
+  }
+  /// Effects: unless granted, removes the attempt's watches and deletes its node. Never throws.
+  ~attempt() {
+    if (granted_) return;
+    for (auto& w : ahead_) drop(w, false);
+    if (children_) drop(children_, true);
+    if (guard_) guard_->release();  // its watch on our node goes with the node
+    if (!node_gone_) release_node(s_, node_);
+  }
+  attempt(const attempt&) = delete;
+  attempt& operator=(const attempt&) = delete;
+
+  /// Returns: our contender node.
+  const held_node& node() const noexcept { return node_; }
+  /// Effects: counts `n` requests sent for the attempt (when counting).
+  void sent(std::size_t n = 1) noexcept {
+    if (count_) count_->requests += n;
+  }
+
+  /// Returns: the grant; the attempt keeps its node from now on (watches still armed on
+  /// contenders ahead fire once more, harmlessly: they wake nobody).
+  /// Throws: errc::session_expired if the node's session is no longer the live one (given up or
+  /// expired meanwhile: its node goes with it, so it is nobody's grant); std::bad_alloc.
+  grant granted() {
+    if (!session_alive_for(s_, node_)) {
+      node_gone_ = true;  // nothing this session could delete: the old session takes it along
+      throw_error(errc::session_expired, "zklock: the session of our contender node " + node_.path +
+                                             " ended before its grant");
+    }
+    if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    relay_->point_at(nullptr);
+    granted_ = true;
+    return grant{std::move(node_), std::move(guard_)};
+  }
+
+  /// Effects: our node is not in the queue any more. Throws: errc::session_expired if it went with
+  /// the session (nothing left to delete), else errc::lock_lost (someone deleted it).
+  [[noreturn]] void vanished() {
+    node_gone_ = !session_alive_for(s_, node_);
+    throw_error(node_gone_ ? errc::session_expired : errc::lock_lost,
+                "zklock: our contender node " + node_.path + " vanished while waiting");
+  }
+
+  /// Effects: readies the waiter for the next wait: a watch firing from now on wakes it.
+  void prepare_wait() {
+    if constexpr (Wakeup::fresh_per_wait) {
+      waiter_ = std::make_shared<typename Wakeup::waiter>();
+      relay_->point_at(waiter_);
+    } else {
+      waiter_->reset();
+    }
+  }
+  /// Effects: blocks until a watch fires (since prepare_wait), `deadline` passes or a stop is
+  /// requested. Returns: whether a watch fired (false once a stop was requested).
+  bool wait(clock::time_point deadline) {
+    if (cancelled()) return false;
+    const bool woke = waiter_->wait_until(deadline) && !cancelled();
+    if (woke && count_) ++count_->wakeups;
+    return woke;
+  }
+  /// Returns: whether a stop was requested on the attempt's token.
+  bool cancelled() const noexcept { return stop_.stop_requested(); }
+
+  /// Returns: a fresh children watch on `lock_path`, to arm by listing it.
+  std::shared_ptr<wake_target> arm_children(const std::string& lock_path) {
+    children_ = std::make_shared<watch_slot>(lock_path, relay_);
+    return children_;
+  }
+  /// Returns: whether a children watch is armed and has not fired.
+  bool children_armed() const noexcept { return children_ && !children_->fired(); }
+
+  /// Effects: watches exactly the contender nodes `paths`: drops the watches on others (nodes that
+  /// left the queue since), arms the missing ones (all sent at once), our own node's first.
+  /// Returns: how many of the newly watched were gone already; nullopt if `deadline` passed.
+  /// Throws: as watch_nodes.
+  std::optional<std::size_t> watch_ahead(const std::vector<std::string>& paths, clock::time_point deadline) {
+    std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
+      if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
+      drop(w, false);
+      return true;
+    });
+    // Our own node's watch goes first: its reply, and any deletion of our node, reach us before
+    // the replies and events of the watches sent after it. It stays armed as the hold's loss watch.
+    if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    if (guard_->claim_watch()) {
+      watch_own_node(s_, node_, guard_);
+      sent();
+    }
+    std::vector<std::shared_ptr<watch_slot>> fresh;
+    for (const auto& p : paths)
+      if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; }))
+        fresh.push_back(std::make_shared<watch_slot>(p, relay_));
+    if (fresh.empty()) return 0;
+    sent(fresh.size());
+    const auto at = clock::now();
+    const auto seen = watch_nodes(s_, fresh, deadline);
+    if (!seen) return std::nullopt;
+    round_trips(s_).note(clock::now() - at);
+    std::size_t gone = 0;
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      if ((*seen)[i] == node_seen::gone)
+        ++gone;
+      else
+        ahead_.push_back(std::move(fresh[i]));
+    }
+    return gone;
+  }
+  /// Effects: forgets the watches on contenders ahead that fired. Returns: how many fired because
+  /// their node was deleted; sets `other` if one fired for another reason (its node's data
+  /// changed, or the session ended).
+  std::size_t take_fired(bool& other) {
+    std::size_t deleted = 0;
+    std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
+      if (!w->fired()) return false;
+      if (w->node_deleted.load())
+        ++deleted;
+      else
+        other = true;
+      return true;
+    });
+    return deleted;
+  }
+  /// Returns: whether our node provably stands: its watch is armed and has not fired (a deletion
+  /// of our node would have reached us before any event of a watch armed after it).
+  bool own_node_stands() const noexcept { return guard_ && guard_->watch_armed() && !guard_->fired(); }
+
+ private:
+  /// Effects: stops waiting on `w`; removes its watch unless it fired. Never throws.
+  void drop(const std::shared_ptr<watch_slot>& w, bool children) noexcept {
+    if (w->fired()) return;
+    drop_watch(s_, w->path, children, w.get());
+    sent();
+  }
+  /// Wakes the current waiter when a stop is requested (on the requesting thread; never blocks).
+  struct waker {
+    std::shared_ptr<wake_relay> relay;
+    void operator()() const noexcept { relay->wake(); }
+  };
+  session& s_;
+  held_node node_;
+  acquire_counters* count_;
+  std::shared_ptr<wake_relay> relay_ = std::make_shared<wake_relay>();
+  std::shared_ptr<typename Wakeup::waiter> waiter_ = std::make_shared<typename Wakeup::waiter>();
+  std::stop_token stop_;
+  std::stop_callback<waker> on_stop_;  // after relay_ and stop_: it may run in its constructor
+  std::vector<std::shared_ptr<watch_slot>> ahead_;  // armed watches on contenders ahead
+  std::shared_ptr<watch_slot> children_;            // the children watch, if any
+  std::shared_ptr<hold_guard> guard_;               // made at the first wait, or at the grant
+  bool granted_ = false;
+  bool node_gone_ = false;  // went with its session: nothing to delete
+};
+
+/// How a wait on the contenders ahead ended.
+enum class wait_outcome {
+  granted,   ///< the deletions seen prove we hold, and our node stands: the grant, with no listing
+  relist,    ///< they prove too little (or a watch fired for another reason): list again
+  timed_out  ///< the deadline passed, or a stop was requested
+};
+
+/// The fast path: watches the `window` nearest counted contenders ahead of us in `queue` (where we
+/// stand as `st`) and counts their deletions (zklock:rules, tally), so that the deletion which
+/// proves us held is itself the grant, one round trip after the release. Returns: granted, relist
+/// when a deletion proves too little (contenders beyond the watched ones may have gone unseen), or
+/// timed_out. Throws: as attempt::watch_ahead.
+template <WakeupPolicy Wakeup>
+wait_outcome grant_on_deletion(attempt<Wakeup>& at, const std::string& lock_path, const std::vector<contender>& queue,
+                               const standing& st, std::size_t window, clock::time_point deadline) {
+  std::vector<std::string> targets;
+  for (std::size_t i = st.ahead.size() - window; i < st.ahead.size(); ++i)
+    targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
+  const auto gone = at.watch_ahead(targets, deadline);
+  if (!gone) return wait_outcome::timed_out;
+  tally seen{st.ahead.size(), st.limit, window, *gone};
+  for (bool other = false;;) {
+    at.prepare_wait();
+    seen.gone += at.take_fired(other);
+    if (seen.proves_held()) return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
+    if (other || seen.must_relist()) return wait_outcome::relist;
+    if (!at.wait(deadline)) return wait_outcome::timed_out;
+  }
+}
+
+/// The children strategy's wait: if the last listing armed a children watch, waits until it fires
+/// (any join or leave may be our turn). Returns: false if `deadline` passed first.
+template <WakeupPolicy Wakeup>
+bool wait_for_children(attempt<Wakeup>& at, clock::time_point deadline) {
+  if (!at.children_armed()) return true;  // it fired already (or none was armed): look again
+  at.prepare_wait();
+  return !at.children_armed() || at.wait(deadline);
+}
+
+/// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
+/// it holds, or until the wait context `wc` ends (its deadline passes or its stop is requested).
+/// Returns: the grant, or nullopt on timeout or cancellation (nothing left behind).
+/// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
+template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
+std::optional<grant> queue_once(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
+                                acquire_counters* count) {
+  const clock::time_point deadline = wc.deadline;
+  // the create and the listing, sent back to back (more requests on a first use or a lost reply)
+  auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
+                                count ? &count->requests : nullptr);
+  if (!queued) return std::nullopt;
+  attempt<Wakeup> at{s, std::move(queued->node), wc.stop, count};
+  const std::string self = at.node().path.substr(lock_path.size() + 1);
+  std::optional<std::vector<std::string>> listing = std::move(queued->listing);
+  auto list = [&](const std::shared_ptr<wake_target>& watcher) {
+    at.sent();
+    const auto sent = clock::now();
+    listing = list_children(s, lock_path, watcher, deadline);
+    if (listing) round_trips(s).note(clock::now() - sent);
+  };
+  if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
+
+  for (bool first = true;; first = false) {
+    if (!listing) return std::nullopt;  // deadline
+    // Where do we stand? The rule reads the sorted queue.
+    const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
+    const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
+    if (mine == queue.end()) at.vanished();
+    const auto me = static_cast<std::size_t>(mine - queue.begin());
+    if (count && first) count->position = me;
+    const standing st = stand(rule, std::span<const contender>{queue}, me);
+    if (st.held()) return at.granted();
+    if (clock::now() >= deadline || at.cancelled()) return std::nullopt;
+
+    // Not yet: wait as the watch strategy says, then look again (or take the grant).
+    const std::size_t window = Watch::window(st.ahead.size(), st.limit, look_ahead(s));
+    if (window == 0) {  // the lock node's children
+      if (!wait_for_children(at, deadline)) return std::nullopt;
+      list(at.arm_children(lock_path));
+      continue;
+    }
+    switch (grant_on_deletion(at, lock_path, queue, st, window, deadline)) {
+      case wait_outcome::granted: return at.granted();
+      case wait_outcome::timed_out: return std::nullopt;
+      case wait_outcome::relist: list(nullptr); break;
+    }
+  }
+}
+
+/// The one algorithm: queue_once, and again on the next session when the session ends while we
+/// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
+/// our place in the queue is lost). A grant is never queued for again: a lost hold is reported by
+/// its loss signal. Returns: the grant, or nullopt on timeout or cancellation (nothing left
+/// behind; a stop requested while the next session is awaited is seen once it connects or the
+/// deadline passes). Throws: std::system_error: session_expired if no next session is connected
+/// before the deadline or none will come (reestablish_after_expiry off; its re-establishment was
+/// refused for good); others as queue_once.
+template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
+std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
+                                  acquire_counters* count = nullptr) {
+  for (;;) {
+    const std::uint64_t generation = s.generation();
+    try {
+      return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count);
+    } catch (const std::system_error& e) {
+      if (e.code() != make_error_code(errc::session_expired)) throw;
+      if (wc.stop.stop_requested()) return std::nullopt;  // nothing of ours is left: the session took it
+      if (!await_next_session(s, generation, wc.deadline)) throw;
+      if (wc.stop.stop_requested()) return std::nullopt;
+      if (count) ++count->requeues;
+    }
+  }
+}
+
+}  // namespace detail
+
+}  // namespace zklock

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:mutex — basic_mutex: the standard TimedLockable interface over the one algorithm.
+module;
+#include <chrono>
+#include <cstdint>
+#include <stop_token>
+#include <string>
+#include <system_error>
+export module zklock:mutex;
+import :errors;
+import :session;
+import :detail;
+import :rules;
+import :holds;
+import :policies;
+import :timeout;
+
+export namespace zklock {
+
+/// A fair, cluster-wide mutex: the standard TimedLockable interface over the one algorithm.
+/// Default (default_policies): predecessor watch, condition-variable wake-up, not re-entrant,
+/// lock() waits forever, no hooks.
+template <LockPolicies P = default_policies>
+class basic_mutex {
+ public:
+  /// The policy bundle this type is built from (zklock:policies).
+  using policies = P;
+
+  /// Effects: names the lock node `path` (created on first use). Throws: std::invalid_argument for
+  /// a bad path. The session must outlive the mutex.
+  basic_mutex(session& s, std::string path) : path_(detail::checked_path(std::move(path))), side_(s, path_) {}
+
+  /// Effects: releases any hold left (never throws).
+  ~basic_mutex() = default;
+  basic_mutex(const basic_mutex&) = delete;
+  basic_mutex& operator=(const basic_mutex&) = delete;
+
+  /// Effects: blocks until the caller holds the lock (or re-enters it, per the reentrancy policy).
+  /// Throws: std::system_error: resource_deadlock_would_occur if the caller holds it and the
+  /// reentrancy policy does not re-enter; errc::lock_timeout when the timeout policy's bound
+  /// passes; session or server failures.
+  void lock() {
+    if (!side_.acquire(detail::exclusive_rule{}, {P::timeout::lock_deadline(detail::clock::now())}))
+      throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
+  }
+
+  /// Effects: one attempt without waiting. Returns: whether the caller now holds the lock.
+  /// Throws: as lock(), but never lock_timeout.
+  bool try_lock() { return side_.acquire(detail::exclusive_rule{}, {detail::clock::now()}); }
+
+  /// Effects: waits at most `d`. Returns: whether the caller holds the lock; on false nothing of
+  /// the attempt is left on the server. Throws: as try_lock(); std::invalid_argument if `d` < 0.
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return side_.acquire(detail::exclusive_rule{}, {detail::deadline_after(d, "try_lock_for")});
+  }
+
+  /// Effects: waits until `t` at most (converted to steady_clock once; a past `t` makes one
+  /// attempt). Returns: as try_lock_for. Throws: as try_lock().
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return side_.acquire(detail::exclusive_rule{}, {detail::steady_deadline(t)});
+  }
+
+  /// Effects: waits until `wc.deadline` at most, and only until a stop is requested on `wc.stop`
+  /// (from any thread). Returns: whether the caller holds the lock; on false (the deadline passed
+  /// or the wait was cancelled) nothing of the attempt is left on the server. Throws: as try_lock().
+  bool try_lock(const wait_context& wc) { return side_.acquire(detail::exclusive_rule{}, wc); }
+
+  /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
+  /// background if the connection is down). Does nothing if the caller does not hold (the
+  /// overload below reports that). Never throws.
+  void unlock() noexcept { (void)side_.release(); }
+
+  /// Effects: as unlock(), reporting instead of ignoring a caller that does not hold: then nothing
+  /// happens and `ec` is errc::not_held. Else `ec` is the server's refusal of the delete if it
+  /// refused (errc::no_auth: the lock node's ACL changed under us; the node stays until the
+  /// session ends, and the hold is over all the same), or cleared. Never throws (for destructors
+  /// and callers that must not throw but want to know).
+  void unlock(std::error_code& ec) noexcept {
+    if (!side_.held()) {
+      ec = detail::not_held();
+      return;
+    }
+    ec = side_.release();
+  }
+
+  /// Returns: the fencing token of the caller's hold: the creation zxid of its node, strictly
+  /// increasing across successive holders. Throws: std::system_error(errc::not_held).
+  std::int64_t fencing_token() const { return side_.fencing_token(); }
+
+  /// Returns: whether the caller holds the lock (as far as this object knows).
+  bool owns_lock() const noexcept { return side_.held(); }
+
+  /// Returns: a token that fires when ownership of the caller's hold can no longer be guaranteed:
+  /// the session expired, was closed, or stayed disconnected longer than its loss tolerance, or our
+  /// node was deleted by someone else (watched from the first call on, which costs one request).
+  /// It never fires because of our own unlock(). Throws: std::system_error(errc::not_held).
+  std::stop_token lost_token() const { return side_.lost_token(); }
+
+  /// Returns: whether the caller holds the lock and no loss has been signalled.
+  bool still_owned() const noexcept { return side_.still_owned(); }
+
+  /// Returns: the lock node's path.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  detail::lock_side<P> side_;
+};
+
+}  // namespace zklock
