@@ -207,6 +207,16 @@ std::vector<std::unique_ptr<zklock::session>> open_sessions(int n);
 /// returns: one round trip per session (session::flush) before counting what is left on the server.
 void flush_all(std::vector<std::unique_ptr<zklock::session>>& ss);
 
+/// Returns: one lock object of type L on `path` per session of `ss` (extra constructor arguments
+/// `a`, e.g. a semaphore's count), in the order of `ss`.
+template <class L, class... A>
+std::vector<std::unique_ptr<L>> one_each(std::vector<std::unique_ptr<zklock::session>>& ss, const std::string& path,
+                                         const A&... a) {
+  std::vector<std::unique_ptr<L>> out;
+  for (auto& s : ss) out.push_back(std::make_unique<L>(*s, path, a...));
+  return out;
+}
+
 // ---- the lock types per watch strategy ----------------------------------------------------------
 
 template <class W>

@@ -3,6 +3,31 @@
 #include "common.hpp"
 
 namespace peer {
+namespace {
+
+/// Returns: the warm-up of c and k: client i takes and releases its lock once (which also creates
+/// the lock node).
+template <class L>
+std::function<void(int)> take_once(std::vector<std::unique_ptr<L>>& ms) {
+  return [&ms](int i) {
+    ms[static_cast<std::size_t>(i)]->lock();
+    ms[static_cast<std::size_t>(i)]->unlock();
+  };
+}
+
+/// Returns: the sum of the threads' `counts`, and their `samples` in one vector.
+std::pair<long long, std::vector<std::int64_t>> pooled(const std::vector<long long>& counts,
+                                                       const std::vector<std::vector<std::int64_t>>& samples) {
+  long long total = 0;
+  std::vector<std::int64_t> all;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    total += counts[i];
+    all.insert(all.end(), samples[i].begin(), samples[i].end());
+  }
+  return {total, all};
+}
+
+}  // namespace
 
 // ---- (c) contended mutex ------------------------------------------------------------------------
 
@@ -10,18 +35,14 @@ template <class W>
 void scen_contended(int T, raw_zk& raw) {
   const auto path = path_of<W>("c-contended-" + std::to_string(T));
   auto ss = open_sessions(T);
-  std::vector<std::unique_ptr<mutex_t<W>>> ms;
-  for (auto& s : ss) ms.push_back(std::make_unique<mutex_t<W>>(*s, path));
+  auto ms = one_each<mutex_t<W>>(ss, path);
   std::atomic<int> holders{0}, max_holders{0}, violations{0}, stalls{0};
   std::vector<long long> counts(static_cast<std::size_t>(T));
   std::vector<std::vector<std::int64_t>> waits(static_cast<std::size_t>(T));
   const auto m0 = mntr();  // (the warm-up's T acquisitions are counted too: a rounding error)
   const auto r = run_timed(
       T, cfg.dur,
-      [&](int i) {
-        ms[static_cast<std::size_t>(i)]->lock();  // warm-up (also creates the lock node)
-        ms[static_cast<std::size_t>(i)]->unlock();
-      },
+      take_once(ms),
       [&](int i) {
         auto& m = *ms[static_cast<std::size_t>(i)];
         const auto s0 = now_ns();
@@ -38,12 +59,7 @@ void scen_contended(int T, raw_zk& raw) {
         ++counts[static_cast<std::size_t>(i)];
         waits[static_cast<std::size_t>(i)].push_back(a - s0);
       });
-  long long total = 0;
-  std::vector<std::int64_t> all;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    total += counts[i];
-    all.insert(all.end(), waits[i].begin(), waits[i].end());
-  }
+  auto [total, all] = pooled(counts, waits);
   std::sort(all.begin(), all.end());
   const auto m1 = mntr();
   ms.clear();
@@ -79,18 +95,14 @@ void scen_contended_hold(raw_zk& raw) {
   constexpr auto hold = 5ms;
   const auto path = path_of<W>("k-contended-hold");
   auto ss = open_sessions(T);
-  std::vector<std::unique_ptr<mutex_t<W>>> ms;
-  for (auto& s : ss) ms.push_back(std::make_unique<mutex_t<W>>(*s, path));
+  auto ms = one_each<mutex_t<W>>(ss, path);
   std::atomic<int> holders{0}, violations{0}, stalls{0};
   std::atomic<std::int64_t> last_release{0};
   std::vector<long long> counts(static_cast<std::size_t>(T));
   std::vector<std::vector<std::int64_t>> gaps(static_cast<std::size_t>(T));
   const auto r = run_timed(
       T, cfg.dur,
-      [&](int i) {
-        ms[static_cast<std::size_t>(i)]->lock();  // warm-up (also creates the lock node)
-        ms[static_cast<std::size_t>(i)]->unlock();
-      },
+      take_once(ms),
       [&](int i) {
         auto& m = *ms[static_cast<std::size_t>(i)];
         if (!m.try_lock_for(kStall)) {
@@ -106,12 +118,7 @@ void scen_contended_hold(raw_zk& raw) {
         m.unlock();
         ++counts[static_cast<std::size_t>(i)];
       });
-  long long total = 0;
-  std::vector<std::int64_t> all;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    total += counts[i];
-    all.insert(all.end(), gaps[i].begin(), gaps[i].end());
-  }
+  auto [total, all] = pooled(counts, gaps);
   ms.clear();
   flush_all(ss);
   json(strategy<W>::lib, "k_contended_hold5_T8")

@@ -40,10 +40,7 @@ int to_int(const std::string& flag, const std::string& v) {
 }
 
 void parse_flags(int argc, char** argv) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(k + ": missing value");
-    const std::string v = argv[i + 1];
+  for (const auto& [k, v] : zkt::flag_pairs(argc, argv)) {
     if (k == "--zk") cfg.zk = v;
     else if (k == "--proxy") cfg.proxy = v;
     else if (k == "--ctrl") cfg.ctrl = to_int(k, v);
@@ -88,8 +85,7 @@ void warm_process(int cycles, double contention_s) {
       m.unlock();
     }
   }
-  std::vector<std::unique_ptr<mutex_t<W>>> ms;
-  for (auto& s : ss) ms.push_back(std::make_unique<mutex_t<W>>(*s, path));
+  auto ms = one_each<mutex_t<W>>(ss, path);
   run_timed(4, contention_s, [](int) {}, [&](int i) {
     if (ms[static_cast<std::size_t>(i)]->try_lock_for(10s)) ms[static_cast<std::size_t>(i)]->unlock();
   });

@@ -72,8 +72,7 @@ void scen_rw(raw_zk& raw) {
   constexpr auto hold = 1ms;
   const auto path = path_of<W>("d-rw");
   auto ss = open_sessions(T);
-  std::vector<std::unique_ptr<shared_t<W>>> ls;
-  for (auto& s : ss) ls.push_back(std::make_unique<shared_t<W>>(*s, path));
+  auto ls = one_each<shared_t<W>>(ss, path);
   std::atomic<int> readers{0}, writers{0}, max_readers{0}, max_writers{0}, violations{0}, stalls{0};
   std::atomic<long long> nr{0}, nw{0}, progress{0};
   std::vector<std::vector<std::int64_t>> rw(T), ww(T);

@@ -11,8 +11,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
   constexpr int T = 16, kLeases = 4;
   const auto path = path_of<W>("e-sem-hold" + std::to_string(hold_ms));
   auto ss = open_sessions(T);
-  std::vector<std::unique_ptr<semaphore_t<W>>> sems;
-  for (auto& s : ss) sems.push_back(std::make_unique<semaphore_t<W>>(*s, path, kLeases));
+  auto sems = one_each<semaphore_t<W>>(ss, path, kLeases);
   std::atomic<int> cur{0}, max_cur{0}, violations{0}, stalls{0};
   std::atomic<long long> n{0};
   std::vector<std::vector<std::int64_t>> waits(T);

@@ -171,12 +171,9 @@ struct lost_logger {
   }
 };
 
-/// A child's role: its name and its arguments; returns the exit code.
-using role_function = zkt::role_function;
-
-/// The child's main(): `argv` is `<self> --zklock-chaos-child PARENT_PID ROLE ARGS...`. Dies with
-/// the parent (PR_SET_PDEATHSIG); an exception is reported on stderr (exit code 2).
-inline int child_main(int argc, char** argv, const role_function& roles) {
+/// The child's main(): `argv` is `<self> --zklock-chaos-child PARENT_PID ROLE ARGS...`, ROLE one
+/// of `roles`. Dies with the parent (PR_SET_PDEATHSIG); an exception is reported on stderr (exit code 2).
+inline int child_main(int argc, char** argv, const zkt::role_table& roles) {
   return zkt::child_main(argc, argv, "zklock chaos child", roles);
 }
 

@@ -399,10 +399,7 @@ int role_hold(const std::vector<std::string>& a) {
 }
 
 int child_main(int argc, char** argv) {
-  return zkt::child_main(argc, argv, "zklock fault child", [](std::string_view role, const std::vector<std::string>& args) {
-    if (role == "hold") return role_hold(args);
-    throw std::invalid_argument("unknown role " + std::string{role});
-  });
+  return zkt::child_main(argc, argv, "zklock fault child", {{"hold", role_hold}});
 }
 
 /// What a holder child said first: "held TOKEN SID PASSWORD_HEX".

@@ -223,13 +223,9 @@ int role_shared_read(const std::vector<std::string>& a) {
 }
 
 int child_main(int argc, char** argv) {
-  return zkt::child_main(argc, argv, "zklock test child", [](std::string_view role, const std::vector<std::string>& args) {
-    if (role == "append") return role_append(args);
-    if (role == "hold") return role_hold(args);
-    if (role == "shared-write") return role_shared_write(args);
-    if (role == "shared-read") return role_shared_read(args);
-    throw std::invalid_argument("unknown role " + std::string{role});
-  });
+  return zkt::child_main(argc, argv, "zklock test child",
+                         {{"append", role_append}, {"hold", role_hold}, {"shared-write", role_shared_write},
+                          {"shared-read", role_shared_read}});
 }
 
 // ---------------------------------------------------------------------------------------------

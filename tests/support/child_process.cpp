@@ -250,14 +250,16 @@ std::string describe(int status) {
   return "status " + std::to_string(status);
 }
 
-int child_main(int argc, char** argv, std::string_view who, const role_function& roles) {
+int child_main(int argc, char** argv, std::string_view who, const role_table& roles) {
   try {
     if (argc < 4) throw std::invalid_argument("usage: " + std::string{argc > 1 ? argv[1] : "FLAG"} + " PARENT_PID ROLE ARGS...");
     // Die with the parent's spawning thread, whatever happens to the test; checked after the
     // prctl, which may come too late.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
     if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
-    return roles(argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    const auto role = roles.find(std::string_view{argv[3]});
+    if (role == roles.end()) throw std::invalid_argument(std::string{"unknown role "} + argv[3]);
+    return role->second(std::vector<std::string>(argv + 4, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%.*s %d: %s\n", static_cast<int>(who.size()), who.data(), static_cast<int>(::getpid()), e.what());
     return 2;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -96,13 +97,14 @@ class child_process {
 /// Returns: a wait status in words ("exit 0", "killed by signal 9").
 std::string describe(int status);
 
-/// A child role: its name and its arguments; returns the exit code.
-using role_function = std::function<int(std::string_view role, const std::vector<std::string>& args)>;
+/// The roles a test binary's children can run: a role's name, and its main() taking the role's
+/// arguments and returning the exit code.
+using role_table = std::map<std::string, std::function<int(const std::vector<std::string>& args)>, std::less<>>;
 
 /// The main() of a child started through child_process::self: `argv` is `<bin> FLAG PARENT_PID
 /// ROLE ARGS...`. Effects: sets PR_SET_PDEATHSIG SIGKILL (it dies with the test's spawning thread),
-/// then runs `roles`. Returns: its exit code; 3 if the parent died before the prctl took hold; 2
-/// after an exception, reported on stderr as "`who` PID: what".
-int child_main(int argc, char** argv, std::string_view who, const role_function& roles);
+/// then runs ROLE from `roles`. Returns: the role's exit code; 3 if the parent died before the
+/// prctl took hold; 2 after an exception or for an unknown role, reported on stderr as "`who` PID: what".
+int child_main(int argc, char** argv, std::string_view who, const role_table& roles);
 
 }  // namespace zkt

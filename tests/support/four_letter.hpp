@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test and bench support: ZooKeeper's four-letter words ("srvr", "mntr", "cons", "wchp") and other
-// one-shot TCP exchanges (a proxy's control port), without a ZooKeeper client.
+// one-shot TCP exchanges (a proxy's control port), without a ZooKeeper client; and the small text
+// helpers the benchmark tools share (split, flag pairs).
 #pragma once
 #include <chrono>
 #include <map>
@@ -13,6 +14,10 @@ namespace zkt {
 
 /// Returns: `s` cut at every `sep`, empty pieces left out.
 std::vector<std::string> split(std::string_view s, char sep);
+
+/// Returns: a tool's arguments argv[1..] as (flag, value) pairs ("--n 20" -> {"--n", "20"}).
+/// Throws: std::invalid_argument "FLAG: missing value" if the last flag has no value.
+std::vector<std::pair<std::string, std::string>> flag_pairs(int argc, char** argv);
 
 /// Returns: a connected TCP socket to host:port whose reads and writes time out after `timeout`,
 /// or -1 (the caller closes it).

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <system_error>
 
 #include "four_letter.hpp"
@@ -41,6 +42,15 @@ std::vector<std::string> split(std::string_view s, char sep) {
     if (e != b) out.emplace_back(s.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b));
     if (e == std::string_view::npos) break;
     b = e + 1;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> flag_pairs(int argc, char** argv) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) throw std::invalid_argument(std::string{argv[i]} + ": missing value");
+    out.emplace_back(argv[i], argv[i + 1]);
   }
   return out;
 }
