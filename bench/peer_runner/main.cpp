@@ -13,6 +13,10 @@
 // op-count scenario (o) is skipped. Progress and errors go to stderr; a scenario that fails emits
 // a line with "errors": true and "error". Exit status 0 (2 for bad flags).
 // Scenario definitions: ../shared/peers/README.md ("Runner contract").
+//
+// This file: the flags, the process warm-up, the env line and the dispatch; common.hpp: what the
+// scenarios share; uncontended.cpp (a, b), contended.cpp (c, k), rwlock.cpp (d), semaphore.cpp (e),
+// failed_try.cpp (f), herd.cpp (g), expiry.cpp (h), opcounts.cpp (o): the scenarios.
 #include <unistd.h>
 
 #include <algorithm>

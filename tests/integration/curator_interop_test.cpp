@@ -110,6 +110,7 @@ class java_contender {
     return argv;
   }
   static zkt::spawn_options options(const fs::path& err) {
+    std::signal(SIGPIPE, SIG_IGN);  // a dead JVM must not take the test down through its stdin
     zkt::spawn_options o;
     o.err_file = err;
     o.die_with_parent = true;

@@ -34,7 +34,8 @@ class child_process {
  public:
   /// Effects: starts `argv` (argv[0] found on PATH if it has no '/'). Throws: std::system_error.
   explicit child_process(std::vector<std::string> argv, const spawn_options& o = {});
-  /// Effects: SIGKILLs it (its group with new_group) unless reaped, reaps it, closes the pipes.
+  /// Effects: SIGKILLs it unless reaped (with new_group: its whole group, even after it exited),
+  /// reaps it, closes the pipes.
   ~child_process();
   child_process(const child_process&) = delete;
   child_process& operator=(const child_process&) = delete;
@@ -47,7 +48,8 @@ class child_process {
   pid_t pid() const noexcept { return pid_; }
 
   /// Effects: writes `line` and a newline to its stdin. Returns: false if the child no longer reads
-  /// it (EPIPE). Throws: std::system_error on other errors.
+  /// it (EPIPE: only where the test ignores SIGPIPE, which kills it otherwise). Throws:
+  /// std::system_error on other errors.
   bool send(std::string_view line);
 
   /// Effects: closes its stdin (a child that reads it sees the end of file).
