@@ -15,9 +15,6 @@
 //    and the longest listing the server sent (bytes), for the predecessor watch at every W and the
 //    children watch at the smallest W.
 // One JSON object per line on stdout; progress on stderr. Nothing is asserted: a benchmark.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +32,7 @@
 #include <vector>
 
 #include <zookeeper/zookeeper.h>
+#include "four_letter.hpp"
 
 import zklock;
 
@@ -53,21 +51,12 @@ struct config {
 
 std::vector<int> int_list(const std::string& v) {
   std::vector<int> out;
-  std::size_t pos = 0;
-  while (pos <= v.size()) {
-    const auto comma = v.find(',', pos);
-    out.push_back(std::stoi(v.substr(pos, comma - pos)));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
+  for (const auto& x : zkt::split(v, ',')) out.push_back(std::stoi(x));
   return out;
 }
 
 void parse(int argc, char** argv) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
-    const std::string v = argv[i + 1];
+  for (const auto& [k, v] : zkt::flag_pairs(argc, argv)) {
     if (k == "--zk") cfg.zk = v;
     else if (k == "--locks") cfg.locks = std::max(1, std::stoi(v));
     else if (k == "--threads") cfg.threads = std::max(1, std::stoi(v));
@@ -88,24 +77,9 @@ std::int64_t rss_bytes() {
 
 /// Returns: `key`'s value in the server's "mntr" answer (the first host of --zk), or -1.
 long long mntr(const std::string& key) {
-  const auto colon = cfg.zk.find(':');
-  const auto end = cfg.zk.find_first_of(",/", colon);
-  const std::string host = cfg.zk.substr(0, colon);
-  const int port = std::stoi(cfg.zk.substr(colon + 1, end == std::string::npos ? std::string::npos : end - colon - 1));
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  ::inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &a.sin_addr);
-  std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::write(fd, "mntr", 4) == 4) {
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  const auto at = answer.find(key + "\t");
-  return at == std::string::npos ? -1 : std::atoll(answer.c_str() + at + key.size() + 1);
+  const auto values = zkt::mntr(cfg.zk);
+  const auto it = values.find(key);
+  return it == values.end() ? -1 : static_cast<long long>(it->second);
 }
 
 zklock::session_options options(bool background) {

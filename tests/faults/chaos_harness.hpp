@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The process harness of the chaos tests (chaos_test.cpp, ensemble_faults_test.cpp): contender
 // processes that are this test binary re-executed in a role, their event logs, a fenced store
-// serving a UNIX socket, and the small system helpers these need. No zklock, no server.
+// serving a UNIX socket, and the small system helpers these need, on tests/support
+// (child_process, scratch_dir, posix_io). No zklock, no server.
 //
 // A test binary's main() hands `--zklock-chaos-child PARENT_PID ROLE ARGS...` to child_main()
 // with its own roles; child_process (the parent side) starts one, with a pipe to its stdin whose
@@ -10,10 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,8 +38,9 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-extern char** environ;
+#include "child_process.hpp"
+#include "posix_io.hpp"
+#include "scratch_dir.hpp"
 
 namespace chaos::harness {
 
@@ -51,25 +50,15 @@ constexpr std::string_view child_flag = "--zklock-chaos-child";
 
 // ---- small system helpers --------------------------------------------------------------------
 
-[[noreturn]] inline void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
+using zkt::from_hex;
+using zkt::throw_errno;
+using zkt::to_hex;
 
 /// Returns: CLOCK_MONOTONIC in nanoseconds: one clock for every process of this machine.
 inline std::int64_t mono_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-/// Effects: writes all of `s` to the file `fd`.
-inline void write_fd(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("write");
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
 }
 
 /// Effects: sends all of `s` on the socket `fd` (no SIGPIPE if the peer is gone: an exception).
@@ -103,22 +92,6 @@ inline std::vector<std::string> read_lines(const std::string& file) {
   return out;
 }
 
-inline std::string to_hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-inline std::string from_hex(std::string_view hex) {
-  std::string out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(std::string{hex.substr(i, 2)}, nullptr, 16));
-  return out;
-}
-
 inline sockaddr_un unix_address(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -140,7 +113,7 @@ class event_log {
   event_log& operator=(const event_log&) = delete;
   void line(const std::string& s) const noexcept {
     try {
-      write_fd(fd_, s + "\n");
+      zkt::write_all(fd_, s + "\n");
     } catch (...) {  // a log line lost: the checker then sees a hold without its end (stricter)
     }
   }
@@ -198,140 +171,42 @@ struct lost_logger {
   }
 };
 
-/// A child's role: its name and its arguments; returns the exit code.
-using role_function = std::function<int(std::string_view role, const std::vector<std::string>& args)>;
-
-/// The child's main(): `argv` is `<self> --zklock-chaos-child PARENT_PID ROLE ARGS...`. Dies with
-/// the parent (PR_SET_PDEATHSIG); an exception is reported on stderr (exit code 2).
-inline int child_main(int argc, char** argv, const role_function& roles) {
-  try {
-    if (argc < 4) throw std::invalid_argument("usage: --zklock-chaos-child PARENT_PID ROLE ARGS...");
-    // Die with the parent's spawning thread, whatever happens to the test.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
-    if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
-    return roles(argv[3], std::vector<std::string>(argv + 4, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zklock chaos child %d: %s\n", static_cast<int>(::getpid()), e.what());
-    return 2;
-  }
+/// The child's main(): `argv` is `<self> --zklock-chaos-child PARENT_PID ROLE ARGS...`, ROLE one
+/// of `roles`. Dies with the parent (PR_SET_PDEATHSIG); an exception is reported on stderr (exit code 2).
+inline int child_main(int argc, char** argv, const zkt::role_table& roles) {
+  return zkt::child_main(argc, argv, "zklock chaos child", roles);
 }
 
 // ---- parent side -----------------------------------------------------------------------------
 
-inline int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-inline int pidfd_send_signal(int pidfd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
+using zkt::describe;
 
 /// One child process (this binary in a role) with a pipe to its stdin. The destructor kills
 /// (SIGKILL) and reaps it if the test has not: no process is left behind.
-class child_process {
+class child_process : public zkt::child_process {
  public:
-  explicit child_process(const std::vector<std::string>& role_args) {
-    const char* bin = std::getenv("ZKLOCK_TEST_BIN");
-    const std::string exe = bin && *bin ? bin : "/proc/self/exe";
-    std::vector<std::string> args{exe, std::string{child_flag}, std::to_string(::getpid())};
-    args.insert(args.end(), role_args.begin(), role_args.end());
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    int in[2];
-    if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
-    posix_spawn_file_actions_t fa;
-    ::posix_spawn_file_actions_init(&fa);
-    ::posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
-    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    to_child_ = in[1];
-    if (rc != 0) {
-      reaped_ = true;
-      close_fds();
-      throw std::system_error(rc, std::generic_category(), "posix_spawn " + exe);
-    }
-    pidfd_ = pidfd_open(pid_);
-    if (pidfd_ < 0) {
-      const int e = errno;
-      ::kill(pid_, SIGKILL);  // not reaped yet: the pid is still ours
-      reap();
-      close_fds();
-      throw std::system_error(e, std::generic_category(), "pidfd_open");
-    }
-  }
-  ~child_process() {
-    if (!reaped_) {
-      pidfd_send_signal(pidfd_, SIGKILL);
-      reap();
-    }
-    close_fds();
-  }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  pid_t pid() const noexcept { return pid_; }
+  explicit child_process(const std::vector<std::string>& role_args)
+      : zkt::child_process(self(child_flag, role_args), stdin_pipe_only()) {}
 
   /// Effects: closes its stdin, which asks a contender to finish.
-  void finish() noexcept {
-    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
-  }
-
-  /// Effects: SIGSTOP, then waits until every thread of it has stopped.
-  /// Returns: true once stopped; false if it exited instead.
-  bool stop() {
-    if (reaped_ || pidfd_send_signal(pidfd_, SIGSTOP) != 0) return false;
-    siginfo_t si{};
-    while (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED | WEXITED | WNOWAIT) != 0)
-      if (errno != EINTR) throw_errno("waitid");
-    if (si.si_code != CLD_STOPPED) return false;  // exited: left for reap()
-    while (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED) != 0)  // consume the report
-      if (errno != EINTR) throw_errno("waitid");
-    return true;
-  }
+  void finish() noexcept { close_stdin(); }
 
   /// Effects: SIGCONT.
-  void resume() {
-    if (!reaped_ && pidfd_send_signal(pidfd_, SIGCONT) != 0) throw_errno("pidfd_send_signal");
-  }
+  void resume() { signal(SIGCONT); }
 
   /// Effects: SIGKILL and reap.
   void kill() {
-    if (reaped_) return;
-    if (pidfd_send_signal(pidfd_, SIGKILL) != 0) throw_errno("pidfd_send_signal");
-    reap();
-  }
-
-  /// Effects: waits at most `timeout` for it to exit and reaps it.
-  /// Returns: its wait status, or nullopt if it is still running.
-  std::optional<int> wait(milliseconds timeout) {
-    if (!reaped_) {
-      pollfd p{pidfd_, POLLIN, 0};
-      int r;
-      while ((r = ::poll(&p, 1, static_cast<int>(timeout.count()))) < 0 && errno == EINTR) {}
-      if (r <= 0) return std::nullopt;
-    }
-    reap();
-    return status_;
+    signal(SIGKILL);
+    (void)wait(std::chrono::hours{24});
   }
 
  private:
-  void reap() {
-    if (reaped_) return;
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
-    reaped_ = true;
+  static zkt::spawn_options stdin_pipe_only() {
+    zkt::spawn_options o;
+    o.out = zkt::stream::inherit;
+    return o;
   }
-  void close_fds() noexcept {
-    for (int* fd : {&to_child_, &pidfd_})
-      if (*fd >= 0) ::close(std::exchange(*fd, -1));
-  }
-  pid_t pid_ = -1;
-  int to_child_ = -1, pidfd_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
 };
-
-inline std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
 
 /// The fenced store, the single arbiter of writes: a thread serving a UNIX socket. A write
 /// "W who token" is accepted iff token >= the highest token accepted so far; every decision is
@@ -447,18 +322,8 @@ class fenced_store {
 };
 
 /// A fresh directory under the system temp dir, removed with its contents (unless kept).
-struct temp_dir {
-  std::filesystem::path path;
-  bool keep = false;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "zklock-chaos-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    if (!keep) std::filesystem::remove_all(path, ec);
-  }
+struct temp_dir : zkt::scratch_dir {
+  temp_dir() : scratch_dir("zklock-chaos") {}
 };
 
 }  // namespace chaos::harness

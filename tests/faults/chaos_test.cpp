@@ -210,10 +210,7 @@ int role_contender(const std::vector<std::string>& v) {
 }
 
 int child_main(int argc, char** argv) {
-  return chaos::harness::child_main(argc, argv, [](std::string_view role, const std::vector<std::string>& args) {
-    if (role == "contender") return role_contender(args);
-    throw std::invalid_argument("unknown role " + std::string{role});
-  });
+  return chaos::harness::child_main(argc, argv, {{"contender", role_contender}});
 }
 
 // ---------------------------------------------------------------------------------------------

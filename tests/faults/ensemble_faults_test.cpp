@@ -432,10 +432,7 @@ TEST(EnsembleFaults, FollowerPausedLongerThanTheSessionTimeout) {
 // This binary is also the contender: `--zklock-chaos-child ...` runs a role instead of the tests.
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view{argv[1]} == child_flag)
-    return chaos::harness::child_main(argc, argv, [](std::string_view role, const std::vector<std::string>& args) {
-      if (role == "contender") return role_contender(args);
-      throw std::invalid_argument("unknown role " + std::string{role});
-    });
+    return chaos::harness::child_main(argc, argv, {{"contender", role_contender}});
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -10,10 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
@@ -46,9 +43,10 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "child_process.hpp"
+#include "posix_io.hpp"
+#include "scratch_dir.hpp"
 #include "zk_test.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -83,232 +81,27 @@ struct bounded_policies : zklock::default_policies {
 };
 using bounded_mutex = zklock::basic_mutex<bounded_policies>;
 
-// ---- small system helpers -----------------------------------------------------------------------
+// ---- small system helpers (tests/support) --------------------------------------------------------
 
-[[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
+using zkt::describe;
+using zkt::from_hex;
+using zkt::line_reader;
+using zkt::throw_errno;
+using zkt::to_hex;
+using zkt::write_all;
+using process = zkt::child_process;
 
-// pidfds through syscall(2): glibc 2.36's <sys/pidfd.h> does not link from C++.
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-int pidfd_send_signal(int fd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0)); }
-
-void write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("write");
-    }
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
+/// Returns: this test binary running ROLE ARGS... as a child (see child_main), with pipes to its
+/// stdin and from its stdout.
+std::unique_ptr<process> spawn_self(const std::vector<std::string>& role_args) {
+  return std::make_unique<process>(process::self(child_flag, role_args));
 }
 
-/// Returns: whether `fd` became readable before `limit`.
-bool wait_readable(int fd, steady_clock::time_point limit) {
-  for (;;) {
-    const auto left = std::chrono::ceil<milliseconds>(limit - steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1'000'000)));
-    if (r > 0) return true;
-    if (r == 0) return false;
-    if (errno != EINTR) throw_errno("poll");
-  }
-}
-
-/// Reads newline-terminated lines from a file descriptor.
-class line_reader {
- public:
-  explicit line_reader(int fd = -1) : fd_(fd) {}
-  void reset(int fd) {
-    fd_ = fd;
-    buf_.clear();
-  }
-  /// Returns: the next line, or nullopt on end of file, error, or after `timeout`.
-  std::optional<std::string> next(milliseconds timeout) {
-    const auto limit = steady_clock::now() + timeout;
-    for (;;) {
-      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      if (fd_ < 0 || !wait_readable(fd_, limit)) return std::nullopt;
-      char chunk[512];
-      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
- private:
-  int fd_;
-  std::string buf_;
-};
-
-std::string to_hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 0xf];
-  }
-  return out;
-}
-
-std::string from_hex(std::string_view hex) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw std::invalid_argument("bad hex digit");
-  };
-  if (hex.size() % 2) throw std::invalid_argument("odd hex length");
-  std::string out;
-  for (std::size_t i = 0; i < hex.size(); i += 2)
-    out += static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1]));
-  return out;
-}
-
-// ---- processes ----------------------------------------------------------------------------------
-
-/// A process started by the test, optionally with pipes to its stdin and from its stdout. The
-/// destructor kills (SIGKILL) and reaps it if the test has not: nothing is left behind.
-class process {
- public:
-  process(const std::vector<std::string>& args, bool pipes) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    int in[2] = {-1, -1}, out[2] = {-1, -1};
-    posix_spawn_file_actions_t fa;
-    ::posix_spawn_file_actions_init(&fa);
-    if (pipes) {
-      if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
-      if (::pipe2(out, O_CLOEXEC) != 0) {
-        ::close(in[0]);
-        ::close(in[1]);
-        throw_errno("pipe2");
-      }
-      ::posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
-      ::posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    } else {
-      ::posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-      ::posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    }
-    const int rc = ::posix_spawnp(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&fa);
-    if (pipes) {
-      ::close(in[0]);
-      ::close(out[1]);
-      to_child_ = in[1];
-      from_child_ = out[0];
-      lines_.reset(from_child_);
-    }
-    if (rc != 0) {
-      reaped_ = true;
-      close_fds();
-      throw std::system_error(rc, std::generic_category(), "posix_spawn " + args.front());
-    }
-    pidfd_ = pidfd_open(pid_);
-    if (pidfd_ < 0) {
-      const int e = errno;
-      ::kill(pid_, SIGKILL);  // not reaped yet: the pid is still ours
-      reap();
-      close_fds();
-      throw std::system_error(e, std::generic_category(), "pidfd_open");
-    }
-  }
-
-  /// Returns: this test binary running ROLE ARGS... as a child (see child_main).
-  static std::unique_ptr<process> self(const std::vector<std::string>& role_args) {
-    const char* bin = std::getenv("ZKLOCK_TEST_BIN");
-    std::vector<std::string> args{bin && *bin ? bin : "/proc/self/exe", std::string{child_flag},
-                                  std::to_string(::getpid())};
-    args.insert(args.end(), role_args.begin(), role_args.end());
-    return std::make_unique<process>(args, true);
-  }
-
-  ~process() {
-    if (!reaped_) {
-      pidfd_send_signal(pidfd_, SIGKILL);
-      reap();
-    }
-    close_fds();
-  }
-  process(const process&) = delete;
-  process& operator=(const process&) = delete;
-
-  pid_t pid() const noexcept { return pid_; }
-
-  /// Effects: writes `line` and a newline to the child's stdin.
-  void send(std::string_view line) { write_all(to_child_, std::string{line} + "\n"); }
-
-  /// Effects: closes the child's stdin (a child role ends on end of file).
-  void close_stdin() noexcept {
-    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
-  }
-
-  /// Returns: the child's next line, or nullopt on end of file or after `timeout`.
-  std::optional<std::string> read_line(milliseconds timeout) { return lines_.next(timeout); }
-
-  /// Effects: sends `sig` unless the child was reaped (a pidfd never hits a recycled pid).
-  void signal(int sig) {
-    if (!reaped_ && pidfd_send_signal(pidfd_, sig) != 0) throw_errno("pidfd_send_signal");
-  }
-
-  /// Effects: SIGKILL unless reaped; errors ignored (for cleanup paths).
-  void kill_quietly() noexcept {
-    if (!reaped_) pidfd_send_signal(pidfd_, SIGKILL);
-  }
-
-  /// Returns: whether the process's state is `state` ('T' stopped, 'S' sleeping, ...) within `limit`.
-  bool await_state(char state, milliseconds limit) const {
-    const auto until = steady_clock::now() + limit;
-    for (;;) {
-      std::ifstream in{"/proc/" + std::to_string(pid_) + "/stat"};
-      std::string text;
-      std::getline(in, text);
-      const auto paren = text.rfind(')');
-      const bool is = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == state;
-      if (is) return true;
-      if (steady_clock::now() > until) return false;
-      std::this_thread::sleep_for(1ms);  // polling the kernel's view, not a synchronisation
-    }
-  }
-
-  /// Returns: whether the process has exited (without reaping it).
-  bool exited() const { return reaped_ || wait_readable(pidfd_, steady_clock::now()); }
-
-  /// Effects: waits at most `timeout` for the process to exit and reaps it.
-  /// Returns: its wait status, or nullopt if it is still running.
-  std::optional<int> wait(milliseconds timeout) {
-    if (!reaped_ && !wait_readable(pidfd_, steady_clock::now() + timeout)) return std::nullopt;
-    reap();
-    return status_;
-  }
-
- private:
-  void reap() {
-    if (reaped_) return;
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
-    reaped_ = true;
-  }
-  void close_fds() noexcept {
-    for (int* fd : {&to_child_, &from_child_, &pidfd_})
-      if (*fd >= 0) ::close(std::exchange(*fd, -1));
-  }
-
-  pid_t pid_ = -1;
-  int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-  line_reader lines_;
-};
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
+/// Returns: options for a helper process whose stdin and stdout are /dev/null.
+zkt::spawn_options quiet() {
+  zkt::spawn_options o;
+  o.in = o.out = zkt::stream::null;
+  return o;
 }
 
 std::string tools_dir() {
@@ -317,53 +110,11 @@ std::string tools_dir() {
 }
 
 /// A fresh directory under the system temp dir, removed with its contents.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "zklock-faults-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
+struct temp_dir : zkt::scratch_dir {
+  temp_dir() : scratch_dir("zklock-faults") {}
 };
 
 // ---- TCP ----------------------------------------------------------------------------------------
-
-/// Returns: a connected TCP socket to 127.0.0.1:port with `timeout` on reads, or -1.
-int dial(int port, milliseconds timeout) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/// Returns: a four-letter word's answer from the server at `port` ("" if it does not answer).
-std::string four_letter_at(int port, std::string_view word) {
-  const int fd = dial(port, 3s);
-  if (fd < 0) return {};
-  std::string out;
-  if (::send(fd, word.data(), word.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(word.size())) {
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
 
 /// Returns: the client ports of a connect string "127.0.0.1:p1,127.0.0.1:p2,...", in node order.
 std::vector<int> ports_of(const std::string& connect) {
@@ -376,7 +127,7 @@ std::vector<int> ports_of(const std::string& connect) {
 /// Returns: the session ids connected to the server at `port` (from `cons`).
 std::vector<std::int64_t> sessions_at(int port) {
   std::vector<std::int64_t> out;
-  const std::string cons = four_letter_at(port, "cons");
+  const std::string cons = zkt::four_letter(port, "cons");
   for (std::size_t pos = 0; (pos = cons.find("sid=0x", pos)) != std::string::npos;) {
     pos += 6;
     out.push_back(static_cast<std::int64_t>(std::strtoull(cons.c_str() + pos, nullptr, 16)));
@@ -472,7 +223,7 @@ class zk_proxy {
     proc_ = std::make_unique<process>(
         std::vector<std::string>{"python3", tools_dir() + "/zkproxy.py", "--listen", "0", "--target", target, "--ctrl",
                                  "0", "--ready-file", ready, "--owner", std::to_string(::getpid())},
-        false);
+        quiet());
     const auto until = steady_clock::now() + 30s;
     while (!std::filesystem::exists(ready)) {
       if (proc_->exited() || steady_clock::now() > until) throw std::runtime_error("zkproxy.py did not start");
@@ -481,7 +232,7 @@ class zk_proxy {
     std::ifstream in{ready};
     int ctrl = 0;
     in >> port_ >> ctrl;
-    ctrl_ = dial(ctrl, 10s);
+    ctrl_ = zkt::dial("127.0.0.1", std::to_string(ctrl), 10s);
     if (ctrl_ < 0) throw std::runtime_error("cannot reach zkproxy.py's control port");
     replies_.reset(ctrl_);
   }
@@ -651,19 +402,7 @@ int role_hold(const std::vector<std::string>& a) {
 }
 
 int child_main(int argc, char** argv) {
-  try {
-    if (argc < 4) throw std::invalid_argument("usage: --zklock-fault-child PARENT_PID ROLE ARGS...");
-    // Die with the parent (its spawning thread, the test's main thread); checked after the prctl.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
-    if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
-    const std::string_view role = argv[3];
-    const std::vector<std::string> args(argv + 4, argv + argc);
-    if (role == "hold") return role_hold(args);
-    throw std::invalid_argument("unknown role " + std::string{role});
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zklock fault child %d: %s\n", static_cast<int>(::getpid()), e.what());
-    return 2;
-  }
+  return zkt::child_main(argc, argv, "zklock fault child", {{"hold", role_hold}});
 }
 
 /// What a holder child said first: "held TOKEN SID PASSWORD_HEX".
@@ -690,7 +429,7 @@ TEST(FaultInjection, KilledHolderPassesTheLockAfterTheSessionTimeout) {
   zkt::private_server zk;
   const auto path = zkt::unique_path("fi-kill");
   const auto timeout = scaled(2000ms);
-  auto holder = process::self({"hold", zk.connect(), path, std::to_string(timeout.count())});
+  auto holder = spawn_self({"hold", zk.connect(), path, std::to_string(timeout.count())});
   const auto held = parse_held(holder->read_line(60s));
   ASSERT_TRUE(held) << "the holder did not report its hold";
 
@@ -736,7 +475,7 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
   zkt::private_server zk;
   const auto path = zkt::unique_path("fi-pause");
   const auto timeout = scaled(4000ms);
-  auto holder = process::self({"hold", zk.connect(), path, std::to_string(timeout.count())});
+  auto holder = spawn_self({"hold", zk.connect(), path, std::to_string(timeout.count())});
   const auto held = parse_held(holder->read_line(60s));
   ASSERT_TRUE(held) << "the holder did not report its hold";
   const auto kids = zkt::children(path);
@@ -1168,7 +907,7 @@ TEST(FaultInjection, LeaderKilledDuringContentionPausesGrantsBriefly) {
   ASSERT_EQ(ports.size(), 3u);
   int leader_port = 0;
   for (int p : ports)
-    if (four_letter_at(p, "srvr").find("Mode: leader") != std::string::npos) leader_port = p;
+    if (zkt::four_letter(p, "srvr").find("Mode: leader") != std::string::npos) leader_port = p;
   ASSERT_NE(leader_port, 0) << "no leader";
 
   // Contenders on the leader lose their connection with it; the others see a pause. Make sure

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include "expect_error.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -30,18 +31,7 @@ zklock::session_options as(std::string_view user) {
   return o;
 }
 
-/// Expects `f` to throw std::system_error with code `want`.
-template <class F>
-void expect_error(F&& f, zklock::errc want, std::string_view what) {
-  try {
-    f();
-    ADD_FAILURE() << what << ": no exception, expected " << zklock::make_error_code(want).message();
-  } catch (const std::system_error& e) {
-    EXPECT_EQ(e.code(), zklock::make_error_code(want)) << what << ": " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": unexpected exception " << e.what();
-  }
-}
+using zkt::expect_error;
 
 /// Expects `path`'s ACL to be creator-all for digest `user` plus world-read.
 void expect_private_acl(const std::string& path, std::string_view user) {

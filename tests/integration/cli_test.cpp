@@ -32,6 +32,9 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "child_process.hpp"
+#include "posix_io.hpp"
+#include "scratch_dir.hpp"
 #include "zk_test.hpp"
 
 extern char** environ;
@@ -45,30 +48,12 @@ using std::chrono::steady_clock;
 #error "ZKLOCK_CLI_BIN (the path of the zklock binary) must be defined"
 #endif
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
-
 /// A scratch directory, removed with its contents.
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "zklock-cli-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
-    path = t;
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+struct scratch_dir : zkt::scratch_dir {
+  scratch_dir() : zkt::scratch_dir("zklock-cli") {}
 };
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+std::string slurp(const std::filesystem::path& p) { return zkt::read_file(p); }
 
 /// Environment changes for a run: a value sets the variable, nullopt removes it.
 using env_changes = std::map<std::string, std::optional<std::string>>;
@@ -79,65 +64,16 @@ using env_changes = std::map<std::string, std::optional<std::string>>;
 /// behind, even when a test fails halfway. ZOOKEEPER_HOSTS is removed unless `env` sets it.
 class zklock_run {
  public:
-  explicit zklock_run(std::vector<std::string> args, env_changes env = {}) : err_dir_() {
-    std::vector<std::string> argv_s{ZKLOCK_CLI_BIN};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    env.try_emplace("ZOOKEEPER_HOSTS", std::nullopt);
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e; ++e) {
-      const std::string_view v = *e;
-      const auto name = std::string{v.substr(0, v.find('='))};
-      if (!env.contains(name)) env_s.emplace_back(v);
-    }
-    for (const auto& [k, v] : env)
-      if (v) env_s.push_back(k + "=" + *v);
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env_s) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
-    if (::pipe2(out, O_CLOEXEC) != 0) throw_errno("pipe2");
-    const std::string err_file = (err_dir_.path / "stderr").string();
-    const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (err < 0) throw_errno("open " + err_file);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw_errno("fork");
-    if (pid_ == 0) {  // async-signal-safe calls only: the test process has other threads
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(99);
-      ::dup2(in[0], STDIN_FILENO);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err, STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(98);
-    }
-    ::setpgid(pid_, pid_);  // also here: no race with a killpg before the child ran
-    ::close(in[0]);
-    ::close(out[1]);
-    ::close(err);
-    to_child_ = in[1];
-    from_child_ = out[0];
-    ::fcntl(from_child_, F_SETFL, ::fcntl(from_child_, F_GETFL) | O_NONBLOCK);
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    if (pidfd_ < 0) throw_errno("pidfd_open");
-  }
+  explicit zklock_run(std::vector<std::string> args, env_changes env = {})
+      : proc_(command(std::move(args)), options(std::move(env), err_dir_.path / "stderr")) {}
 
   ~zklock_run() {
     for (pid_t g : groups_) ::kill(-g, SIGKILL);  // CMD's group, and what CMD left in it
-    ::kill(-pid_, SIGKILL);  // zklock
-    reap();
-    for (int fd : {to_child_, from_child_, pidfd_})
-      if (fd >= 0) ::close(fd);
-  }
+  }  // then proc_ kills zklock's group and reaps zklock
   zklock_run(const zklock_run&) = delete;
   zklock_run& operator=(const zklock_run&) = delete;
 
-  pid_t pid() const noexcept { return pid_; }
+  pid_t pid() const noexcept { return proc_.pid(); }
 
   /// Effects: the destructor SIGKILLs process group `pgid` too (CMD runs in a group of its own,
   /// whose id is CMD's pid).
@@ -145,92 +81,56 @@ class zklock_run {
 
   /// Returns: the next line of stdout (the last one may lack its newline), or nullopt at its end
   /// or after `timeout`.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout = 60s) {
-    const auto limit = steady_clock::now() + timeout;
-    for (;;) {
-      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      if (eof_) {
-        if (buf_.empty()) return std::nullopt;
-        return std::exchange(buf_, std::string{});
-      }
-      if (!readable(from_child_, limit)) return std::nullopt;
-      eof_ = !drain();  // what it read before the end still counts (one drain may see both)
-    }
-  }
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = 60s) { return proc_.read_line(timeout); }
 
   /// Effects: closes CMD's stdin (ends a `read`).
-  void close_stdin() {
-    if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
-  }
+  void close_stdin() { proc_.close_stdin(); }
 
   /// Effects: sends `sig` to the zklock process alone.
-  void signal(int sig) {
-    if (!reaped_ && ::syscall(SYS_pidfd_send_signal, pidfd_, sig, nullptr, 0) != 0) throw_errno("pidfd_send_signal");
-  }
+  void signal(int sig) { proc_.signal(sig); }
 
   /// Returns: whether zklock has exited.
-  bool exited() { return reaped_ || readable(pidfd_, steady_clock::now()); }
+  bool exited() { return proc_.exited(); }
 
   /// Effects: waits at most `timeout` for zklock to exit. Returns: its exit code, 256 + N if
   /// killed by signal N, or -1 if still running.
   int wait(std::chrono::milliseconds timeout = 60s) {
-    if (!reaped_ && !readable(pidfd_, steady_clock::now() + timeout)) return -1;
-    reap();
-    if (WIFEXITED(status_)) return WEXITSTATUS(status_);
-    if (WIFSIGNALED(status_)) return 256 + WTERMSIG(status_);
+    const auto status = proc_.wait(timeout);
+    if (!status) return -1;
+    if (WIFEXITED(*status)) return WEXITSTATUS(*status);
+    if (WIFSIGNALED(*status)) return 256 + WTERMSIG(*status);
     return -2;
   }
 
   /// Returns: stdout not yet returned by read_line (all of it once zklock has exited).
-  std::string out() {
-    drain();
-    return std::exchange(buf_, {});
-  }
+  std::string out() { return proc_.read_available(); }
 
   /// Returns: what zklock wrote to stderr so far.
   std::string err() const { return slurp(err_dir_.path / "stderr"); }
 
  private:
-  static bool readable(int fd, steady_clock::time_point limit) {
-    for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(limit - steady_clock::now()).count();
-      pollfd p{fd, POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(std::max<long long>(left, 0)));
-      if (r > 0) return true;
-      if (r == 0) return false;
-      if (errno != EINTR) throw_errno("poll");
-    }
+  static std::vector<std::string> command(std::vector<std::string> args) {
+    args.insert(args.begin(), ZKLOCK_CLI_BIN);
+    return args;
   }
-  /// Effects: appends what stdout has now. Returns: false at its end.
-  bool drain() {
-    for (;;) {
-      char chunk[4096];
-      const ssize_t n = ::read(from_child_, chunk, sizeof chunk);
-      if (n > 0) {
-        buf_.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      return n < 0 && errno == EAGAIN;
+  static zkt::spawn_options options(env_changes env, std::filesystem::path err_file) {
+    env.try_emplace("ZOOKEEPER_HOSTS", std::nullopt);
+    zkt::spawn_options o;
+    o.env.emplace();
+    for (char** e = environ; *e; ++e) {
+      const std::string_view v = *e;
+      if (!env.contains(std::string{v.substr(0, v.find('='))})) o.env->emplace_back(v);
     }
-  }
-  void reap() {
-    if (reaped_) return;
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
-    reaped_ = true;
+    for (const auto& [k, v] : env)
+      if (v) o.env->push_back(k + "=" + *v);
+    o.err_file = std::move(err_file);
+    o.new_group = true;
+    o.die_with_parent = true;
+    return o;
   }
 
   scratch_dir err_dir_;
-  pid_t pid_ = -1;
-  int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
-  bool reaped_ = false;
-  bool eof_ = false;
-  int status_ = 0;
-  std::string buf_;
+  zkt::child_process proc_;
   std::vector<pid_t> groups_;
 };
 

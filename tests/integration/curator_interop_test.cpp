@@ -8,9 +8,6 @@
 // Step tests: one interactive Curator JVM and zklock objects take turns in a fixed script, so each
 // "may hold now / must wait" of the mutex and of the read/write rule is checked in both directions.
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,9 +37,9 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "child_process.hpp"
+#include "posix_io.hpp"
 #include "zk_test.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -52,24 +49,7 @@ namespace fs = std::filesystem;
 
 constexpr auto step_limit = 20s;  // bound of any one step that should happen promptly
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
-
-int remaining_ms(steady_clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady_clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
-}
-
-/// Returns: whether `fd` became readable before `deadline`.
-bool readable(int fd, steady_clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, remaining_ms(deadline));
-    if (r >= 0) return r > 0;
-    if (errno != EINTR) throw_errno("poll");
-  }
-}
+using zkt::throw_errno;
 
 // ---- one Java contender process ---------------------------------------------------------------
 
@@ -91,139 +71,54 @@ class fd_guard {
   int fd_;
 };
 
-/// Returns: a close-on-exec duplicate of `fd` numbered above 2 (closing `fd`), so that the child's
-/// dup2 onto 0..2 cannot overwrite it even if this process runs with a standard descriptor closed.
-int above_stdio(int fd) {
-  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  ::close(fd);
-  if (high < 0) throw_errno("fcntl(F_DUPFD_CLOEXEC)");
-  return high;
+/// Returns: the time left until `deadline` (zero once it passed).
+std::chrono::milliseconds until(steady_clock::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - steady_clock::now()), std::chrono::milliseconds{0});
 }
 
-/// One CuratorContender JVM, its stdin and stdout piped to us, its stderr to a file. The destructor
-/// kills and reaps it if it still runs; PR_SET_PDEATHSIG kills it if this test process dies first.
+/// One CuratorContender JVM (a zkt::child_process), its stdin and stdout piped to us, its stderr to
+/// a file. The destructor kills and reaps it if it still runs; PR_SET_PDEATHSIG kills it if this
+/// test process dies first.
 class java_contender {
  public:
   /// Effects: starts the JVM with `args` after the class name. Throws: std::system_error.
-  java_contender(const std::vector<std::string>& args, fs::path stderr_file) : err_path_(std::move(stderr_file)) {
-    std::signal(SIGPIPE, SIG_IGN);  // a dead JVM must not take the test down through its stdin
-    std::vector<std::string> argv_s{ZKLOCK_JAVA, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                                    "-cp", ZKLOCK_CURATOR_CLASSPATH, "CuratorContender"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
+  java_contender(const std::vector<std::string>& args, fs::path stderr_file)
+      : err_path_(std::move(stderr_file)), proc_(command(args), options(err_path_)) {}
 
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
-    fd_guard in_r{above_stdio(p[0])}, in_w{above_stdio(p[1])};
-    if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
-    fd_guard out_r{above_stdio(p[0])}, out_w{above_stdio(p[1])};
-    const int e = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (e < 0) throw_errno("open " + err_path_.string());
-    fd_guard err_w{above_stdio(e)};
-
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw_errno("fork");
-    if (pid_ == 0) {  // the child: async-signal-safe calls only, up to exec
-      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(126);
-      if (::dup2(in_r.get(), 0) < 0 || ::dup2(out_w.get(), 1) < 0 || ::dup2(err_w.get(), 2) < 0) ::_exit(126);
-      ::execve(argv[0], argv.data(), environ);
-      ::_exit(127);
-    }
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    if (pidfd_ < 0) {
-      const int err = errno;
-      kill_and_reap();
-      throw std::system_error(err, std::generic_category(), "pidfd_open");
-    }
-    to_child_ = in_w.release();
-    from_child_ = out_r.release();
-  }
-
-  /// Effects: kills (SIGKILL) and reaps the JVM unless it was reaped already.
-  ~java_contender() {
-    kill_and_reap();
-    for (int* fd : {&to_child_, &from_child_, &pidfd_})
-      if (*fd >= 0) ::close(std::exchange(*fd, -1));
-  }
-  java_contender(const java_contender&) = delete;
-  java_contender& operator=(const java_contender&) = delete;
-
-  /// Effects: writes `line` and a newline to the JVM's stdin (ignored if it is gone).
-  void send(std::string_view line) {
-    std::string s{line};
-    s += '\n';
-    std::string_view rest = s;
-    while (!rest.empty()) {
-      const ssize_t n = ::write(to_child_, rest.data(), rest.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return;  // EPIPE: the JVM is gone; its exit status tells why
-      }
-      rest.remove_prefix(static_cast<std::size_t>(n));
-    }
-  }
+  /// Effects: writes `line` and a newline to the JVM's stdin (ignored if it is gone: its exit
+  /// status tells why).
+  void send(std::string_view line) { (void)proc_.send(line); }
 
   /// Returns: the next stdout line, or nullopt if none came before `deadline` or stdout ended.
-  std::optional<std::string> read_line(steady_clock::time_point deadline) {
-    for (;;) {
-      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      if (from_child_ < 0) {
-        if (buf_.empty()) return std::nullopt;
-        return std::exchange(buf_, {});
-      }
-      if (!readable(from_child_, deadline)) return std::nullopt;
-      char chunk[4096];
-      const ssize_t n = ::read(from_child_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(std::exchange(from_child_, -1));
-        continue;
-      }
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
+  std::optional<std::string> read_line(steady_clock::time_point deadline) { return proc_.read_line(until(deadline)); }
 
   /// Returns: the exit code (128 + signal if killed by one), or nullopt if it still ran at `deadline`.
   std::optional<int> wait(steady_clock::time_point deadline) {
-    if (!reaped_) {
-      if (!readable(pidfd_, deadline)) return std::nullopt;
-      reap();
-    }
-    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+    const auto status = proc_.wait(until(deadline));
+    if (!status) return std::nullopt;
+    return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
   }
 
   /// Returns: what the JVM wrote to stderr so far (for failure messages).
-  std::string stderr_text() const {
-    std::ifstream in{err_path_};
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
-  }
+  std::string stderr_text() const { return zkt::read_file(err_path_); }
 
  private:
-  void kill_and_reap() noexcept {
-    if (pid_ <= 0 || reaped_) return;
-    ::kill(pid_, SIGKILL);  // not reaped yet, so the pid cannot have been reused
-    reap();
+  static std::vector<std::string> command(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{ZKLOCK_JAVA, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                                  "-cp", ZKLOCK_CURATOR_CLASSPATH, "CuratorContender"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
   }
-  void reap() noexcept {
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
-    reaped_ = true;
+  static zkt::spawn_options options(const fs::path& err) {
+    std::signal(SIGPIPE, SIG_IGN);  // a dead JVM must not take the test down through its stdin
+    zkt::spawn_options o;
+    o.err_file = err;
+    o.die_with_parent = true;
+    return o;
   }
 
   fs::path err_path_;
-  pid_t pid_ = -1;
-  int pidfd_ = -1, to_child_ = -1, from_child_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-  std::string buf_;
+  zkt::child_process proc_;
 };
 
 /// A fresh scratch directory for one test under the build tree.

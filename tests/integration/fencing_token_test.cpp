@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include "expect_error.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -42,16 +43,7 @@ std::int64_t czxid_of(const std::string& path, const zklock::session& s, const s
   return found.size() == 1 ? found.front() : 0;
 }
 
-/// Returns: the code of the std::system_error `f` throws (a default code if it throws none).
-template <class F>
-std::error_code code_of(F&& f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
-}
+using zkt::code_of;
 
 // 20 acquisitions in turn over 5 sessions: every token is the node's czxid and larger than the last.
 TYPED_TEST(FencingToken, IncreasesAcrossHoldersInTurn) {

@@ -5,9 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,9 +30,10 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "child_process.hpp"
+#include "posix_io.hpp"
+#include "scratch_dir.hpp"
 #include "zk_test.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -44,31 +42,11 @@ using std::chrono::steady_clock;
 
 constexpr std::string_view child_flag = "--zklock-child";
 
-// pidfds through syscall(2): glibc 2.36's <sys/pidfd.h> lacks extern "C" and does not link from C++.
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-int pidfd_send_signal(int pidfd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
-
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
-
-void write_all(int fd, std::string_view s) {
-  while (!s.empty()) {
-    const ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("write");
-    }
-    s.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using zkt::child_process;
+using zkt::describe;
+using zkt::read_file;
+using zkt::throw_errno;
+using zkt::write_all;
 
 // ---------------------------------------------------------------------------------------------
 // The record log. A record is "begin P S TOKEN B", B body lines "body P S K" and "end P S", each
@@ -245,151 +223,18 @@ int role_shared_read(const std::vector<std::string>& a) {
 }
 
 int child_main(int argc, char** argv) {
-  try {
-    if (argc < 4) throw std::invalid_argument("usage: --zklock-child PARENT_PID ROLE ARGS...");
-    // Die with the parent (its spawning thread, i.e. the test's main thread): nothing left behind
-    // even if the test binary is killed. Checked after the prctl, which may come too late.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) throw_errno("prctl");
-    if (::getppid() != static_cast<pid_t>(std::stol(argv[2]))) return 3;
-    const std::string_view role = argv[3];
-    const std::vector<std::string> args(argv + 4, argv + argc);
-    if (role == "append") return role_append(args);
-    if (role == "hold") return role_hold(args);
-    if (role == "shared-write") return role_shared_write(args);
-    if (role == "shared-read") return role_shared_read(args);
-    throw std::invalid_argument("unknown role " + std::string{role});
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zklock test child %d: %s\n", static_cast<int>(::getpid()), e.what());
-    return 2;
-  }
+  return zkt::child_main(argc, argv, "zklock test child",
+                         {{"append", role_append}, {"hold", role_hold}, {"shared-write", role_shared_write},
+                          {"shared-read", role_shared_read}});
 }
 
 // ---------------------------------------------------------------------------------------------
 // Parent side.
 
-/// One child process (this binary in a role), with pipes to its stdin and from its stdout.
-/// The destructor kills (SIGKILL) and reaps it if the test has not: no process is left behind.
-class child_process {
- public:
-  explicit child_process(const std::vector<std::string>& role_args) {
-    const char* bin = std::getenv("ZKLOCK_TEST_BIN");
-    const std::string exe = bin && *bin ? bin : "/proc/self/exe";
-    std::vector<std::string> args{exe, std::string{child_flag}, std::to_string(::getpid())};
-    args.insert(args.end(), role_args.begin(), role_args.end());
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-
-    int in[2], out[2];  // O_CLOEXEC: no other child inherits these ends
-    if (::pipe2(in, O_CLOEXEC) != 0) throw_errno("pipe2");
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      ::close(in[0]);
-      ::close(in[1]);
-      throw_errno("pipe2");
-    }
-    posix_spawn_file_actions_t fa;
-    ::posix_spawn_file_actions_init(&fa);
-    ::posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
-    ::posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    to_child_ = in[1];
-    from_child_ = out[0];
-    if (rc != 0) {
-      reaped_ = true;
-      close_fds();
-      throw std::system_error(rc, std::generic_category(), "posix_spawn " + exe);
-    }
-    pidfd_ = pidfd_open(pid_);
-    if (pidfd_ < 0) {
-      const int e = errno;
-      ::kill(pid_, SIGKILL);  // not reaped yet: the pid is still ours
-      reap();
-      close_fds();
-      throw std::system_error(e, std::generic_category(), "pidfd_open");
-    }
-  }
-
-  ~child_process() {
-    if (!reaped_) {
-      pidfd_send_signal(pidfd_, SIGKILL);
-      reap();
-    }
-    close_fds();
-  }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  pid_t pid() const noexcept { return pid_; }
-
-  /// Returns: the next line the child wrote, or nullopt on end of file or after `timeout`.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout) {
-    const auto limit = steady_clock::now() + timeout;
-    for (;;) {
-      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      if (!wait_readable(from_child_, limit)) return std::nullopt;
-      char chunk[512];
-      const ssize_t n = ::read(from_child_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-  /// Effects: sends `sig` unless the child was reaped already (a pidfd never hits a recycled pid).
-  void signal(int sig) {
-    if (!reaped_ && pidfd_send_signal(pidfd_, sig) != 0) throw_errno("pidfd_send_signal");
-  }
-
-  /// Returns: whether the child has exited (without reaping it).
-  bool exited() const { return reaped_ || wait_readable(pidfd_, steady_clock::now()); }
-
-  /// Effects: waits at most `timeout` for the child to exit and reaps it.
-  /// Returns: its wait status, or nullopt if it is still running.
-  std::optional<int> wait(std::chrono::milliseconds timeout) {
-    if (!reaped_ && !wait_readable(pidfd_, steady_clock::now() + timeout)) return std::nullopt;
-    reap();
-    return status_;
-  }
-
- private:
-  static bool wait_readable(int fd, steady_clock::time_point limit) {
-    for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(limit - steady_clock::now());
-      pollfd p{fd, POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
-      if (r > 0) return true;
-      if (r == 0) return false;
-      if (errno != EINTR) throw_errno("poll");
-    }
-  }
-  void reap() {
-    if (reaped_) return;
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
-    reaped_ = true;
-  }
-  void close_fds() noexcept {
-    for (int* fd : {&to_child_, &from_child_, &pidfd_})
-      if (*fd >= 0) ::close(std::exchange(*fd, -1));
-  }
-
-  pid_t pid_ = -1;
-  int to_child_ = -1, from_child_ = -1, pidfd_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-  std::string buf_;
-};
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
+/// Returns: this binary running `role_args` as a child (see child_main), with pipes to its stdin
+/// and from its stdout.
+std::unique_ptr<child_process> spawn(const std::vector<std::string>& role_args) {
+  return std::make_unique<child_process>(child_process::self(child_flag, role_args));
 }
 
 /// Expects `c` to exit with 0 within `timeout`.
@@ -411,17 +256,8 @@ bool await_queued(const std::string& path, std::size_t n, const child_process& c
 }
 
 /// A fresh directory under the system temp dir, removed with its contents.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "zklock-proc-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw_errno("mkdtemp");
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+struct temp_dir : zkt::scratch_dir {
+  temp_dir() : scratch_dir("zklock-proc") {}
 };
 
 // The checker itself: whole records pass; interleaved, torn and unterminated ones do not.
@@ -464,7 +300,7 @@ TEST_P(MultiProcessCombo, MutexKeepsRecordsWholeAcrossFourProcesses) {
   const auto gate_token = gate.fencing_token();
   std::vector<std::unique_ptr<child_process>> kids;
   for (int p = 0; p < procs; ++p) {
-    kids.push_back(std::make_unique<child_process>(std::vector<std::string>{
+    kids.push_back(spawn({
         "append", lock, file, std::to_string(p), std::to_string(per_proc), std::to_string(body),
         std::to_string(GetParam())}));
     ASSERT_TRUE(await_queued(lock, static_cast<std::size_t>(p) + 2, *kids.back()))
@@ -496,7 +332,7 @@ TEST_P(MultiProcessCombo, MutexKeepsRecordsWholeAcrossFourProcesses) {
 // after the kill, its session times out (2 s) and the lock passes on.
 TEST(MultiProcess, MutexPassesOnAfterHolderIsKilled) {
   const auto lock = zkt::unique_path("mp-kill");
-  child_process holder{{"hold", lock}};
+  child_process holder{child_process::self(child_flag, {"hold", lock})};
   const auto held = holder.read_line(60s);
   ASSERT_TRUE(held && held->starts_with("held ")) << "the holder did not report its hold";
   const std::int64_t holder_token = std::stoll(held->substr(5));
@@ -532,12 +368,12 @@ TEST(MultiProcess, SharedMutexReadersNeverSeeHalfARecord) {
   zklock::shared_mutex gate{s, lock};
   std::unique_lock g{gate};
   std::vector<std::unique_ptr<child_process>> kids;
-  kids.push_back(std::make_unique<child_process>(
-      std::vector<std::string>{"shared-write", lock, file, std::to_string(count), std::to_string(body)}));
+  kids.push_back(spawn(
+      {"shared-write", lock, file, std::to_string(count), std::to_string(body)}));
   ASSERT_TRUE(await_queued(lock, 2, *kids.back())) << "the writer did not queue";
   for (int r = 0; r < readers; ++r) {
-    kids.push_back(std::make_unique<child_process>(
-        std::vector<std::string>{"shared-read", lock, file, std::to_string(count)}));
+    kids.push_back(spawn(
+        {"shared-read", lock, file, std::to_string(count)}));
     ASSERT_TRUE(await_queued(lock, static_cast<std::size_t>(r) + 3, *kids.back())) << "reader " << r << " did not queue";
   }
   g.unlock();

@@ -13,6 +13,7 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include "expect_error.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -26,16 +27,7 @@ template <class C>
 class Semaphore : public ::testing::Test {};
 TYPED_TEST_SUITE(Semaphore, combos);
 
-/// Returns: the code of the std::system_error `f` throws (a default code if it throws none).
-template <class F>
-std::error_code code_of(F&& f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.code();
-  }
-  return {};
-}
+using zkt::code_of;
 
 // N = 3, 12 threads with their own sessions and objects: never more than 3 holders, and 3 reached.
 TYPED_TEST(Semaphore, NeverMoreThanNHoldersAndNReached) {

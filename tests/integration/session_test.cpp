@@ -20,6 +20,7 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include "expect_error.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -75,18 +76,7 @@ std::string describe(const std::vector<session_state>& v) {
   return "[" + out + "]";
 }
 
-/// Expects `f` to throw std::system_error with code `want`.
-template <class F>
-void expect_error(F&& f, zklock::errc want, std::string_view what) {
-  try {
-    f();
-    ADD_FAILURE() << what << ": no exception, expected " << zklock::make_error_code(want).message();
-  } catch (const std::system_error& e) {
-    EXPECT_EQ(e.code(), zklock::make_error_code(want)) << what << ": " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": unexpected exception " << e.what();
-  }
-}
+using zkt::expect_error;
 
 /// Shows control characters and NUL of a test input.
 std::string printable(std::string_view s) {

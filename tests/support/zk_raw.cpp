@@ -211,28 +211,7 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit) {
   return ok;
 }
 
-std::string four_letter(std::string_view word) {
-  const std::string c = connect();
-  const auto first = c.substr(0, c.find(','));
-  const auto colon = first.rfind(':');
-  return four_letter(std::stoi(first.substr(colon + 1)), word);
-}
-
-std::string four_letter(int port, std::string_view word) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    (void)!::write(fd, word.data(), word.size());
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
+std::string four_letter(std::string_view word) { return four_letter_to(connect(), word); }
 
 zklock::session_options options(std::chrono::milliseconds session_timeout) {
   zklock::session_options o;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 #include <gtest/gtest.h>
+#include "four_letter.hpp"
 import zklock;
 
 namespace zkt {
@@ -37,9 +38,6 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit = std::chrono::s
 
 /// Returns: the answer of a four-letter word, e.g. "wchp", from the first server of connect().
 std::string four_letter(std::string_view word);
-
-/// Returns: the answer of a four-letter word from the server on 127.0.0.1:`port` ("" if none).
-std::string four_letter(int port, std::string_view word);
 
 /// Returns: ZKLOCK_FAULT_SCALE (default 1.0; a number in 0.25..100, else 1.0 with a warning): the
 /// factor for every session timeout, fault duration and bound of the fault tests (slow machines).
