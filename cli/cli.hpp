@@ -9,7 +9,6 @@
 //   supervise.cpp       CMD's process group: fork/exec, subreaper, signals, terminal, lost lock
 //   ls.cpp              `zklock ls`: the queue and the holders' acquire records
 //   wait.cpp            `zklock wait`: until the path has no contenders
-//   library_bridge.cpp  the only file that uses zklock::detail (to be ported to public API)
 //
 // Include this after every other header of a file: it imports the zklock module.
 #pragma once
@@ -137,77 +136,6 @@ int run_exec(const options& o);
 int run_ls(const options& o);
 int run_wait(const options& o);
 
-/// The acquire record: an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
-/// holding "granted=<unix ms> waited=<ms> ahead=<n> wakeups=<n> requests=<n>". Not the contender
-/// node's own data: a changed contender node means something to the lock (a semaphore's poke), and
-/// the name is no contender to zklock or Curator (no marker; it sorts after every sequence number).
-constexpr std::string_view record_prefix = "zkstats-";
-
-// ---- zklock::detail, behind one file (library_bridge.cpp) ---------------------------------------
-
-namespace bridge {
-
-/// Effects: checks a lock path as the library does. Throws: std::invalid_argument naming the problem.
-void validate_lock_path(const std::string& path);
-
-/// Effects: waits until `s` has a session after `generation`. Returns: false if `deadline` came first.
-bool await_next_session(zklock::session& s, std::uint64_t generation, steady::time_point deadline);
-
-/// Contender node kinds, as node names tell them apart.
-enum class node_kind { lock, read, write, lease };
-
-/// Returns: the kinds of contenders under `path` that a lock of mode `m` ignores (each once, in
-/// queue order), or nullopt if the listing did not come before `deadline`.
-std::optional<std::vector<node_kind>> ignored_kinds(zklock::session& s, const std::string& path, lock_mode m,
-                                                    steady::time_point deadline);
-
-/// This session's contender node under `path` of a `shared` or `permits` hold.
-struct own_node {
-  std::string path;        ///< full path of the node
-  std::int64_t token = 0;  ///< its creation zxid: the hold's fencing token
-};
-/// Returns: our own contender node of mode `m` under `path`, if there is one.
-/// Throws: exit_error (69) if the listing times out; the library's errors.
-std::optional<own_node> find_own_node(zklock::session& s, const std::string& path, lock_mode m);
-
-/// The loss signal of a semaphore lease (the semaphore has no lost_token() of its own): fires when
-/// the watch on the lease node fires (deleted or changed by someone else, session ended) or when
-/// the session generation that created it is lost.
-class lease_loss {
- public:
-  /// Effects: watches `node`, created in session generation `generation`; fires at once if the
-  /// node is gone or can't be watched before `deadline`.
-  lease_loss(zklock::session& s, const std::string& node, std::uint64_t generation, steady::time_point deadline);
-  ~lease_loss();
-  lease_loss(const lease_loss&) = delete;
-  lease_loss& operator=(const lease_loss&) = delete;
-  /// Returns: a token stopped when the lease is lost.
-  std::stop_token token() const noexcept;
-  /// Effects: from now on nothing fires (we release the lease ourselves); drops the watch.
-  void release() noexcept;
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
-};
-
-/// Returns: the children of `path`, or nullopt if there is no such node or `deadline` passed.
-std::optional<std::vector<std::string>> children(zklock::session& s, const std::string& path,
-                                                 steady::time_point deadline);
-/// Returns: the data of node `path`, or nullopt if it doesn't exist.
-std::optional<std::string> node_data(zklock::session& s, const std::string& path);
-/// Effects: creates the ephemeral node `path` with `data`. Returns: false if it could not be made.
-bool create_ephemeral(zklock::session& s, const std::string& path, std::string_view data);
-/// Effects: deletes node `path` of session generation `generation` (in the background). Never throws.
-void delete_node(zklock::session& s, const std::string& path, std::uint64_t generation) noexcept;
-
-/// Effects: waits, watching the children of `path`, until it has no contenders of any kind; calls
-/// `busy(n)` each time it finds n > 0 of them. Returns: false if `deadline` passed first.
-/// Throws: session_expired (zklock category) if the session ends under the wait; other library errors.
-bool wait_until_free(zklock::session& s, const std::string& path, steady::time_point deadline,
-                     const std::function<void(std::size_t)>& busy);
-
-}  // namespace bridge
 
 /// Effects: runs `f`, and again on the next session each time the session ends under it (expired,
 /// or given up after a long disconnection), as a waiting acquire queues again; a new session must
@@ -222,7 +150,7 @@ auto on_live_session(zklock::session& s, steady::time_point deadline, F f) {
     } catch (const std::system_error& e) {
       if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
       if (g_verbose) say("%s", "session expired: waiting for the next one");
-      if (!bridge::await_next_session(s, generation, deadline)) throw;
+      if (!s.await_next_generation(generation, deadline)) throw;
       if (g_verbose) say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
     }
   }

@@ -2,7 +2,9 @@
 // `zklock exec PATH CMD`: looks CMD up, warns about contenders the mode ignores, acquires the lock
 // in the chosen mode (a signal ends the wait), records what the acquire cost for `zklock ls`, and
 // hands CMD to supervise() with the hold's fencing token, its loss signal and its release.
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include "cli.hpp"
 
 namespace zkcli {
@@ -28,25 +30,31 @@ using exec_mutex = zklock::basic_mutex<exec_policies>;
 using exec_shared_mutex = zklock::basic_shared_mutex<exec_policies>;
 using exec_semaphore = zklock::basic_counting_semaphore<exec_policies>;
 
-const char* kind_name(bridge::node_kind k) {
+using zklock::contender_side;
+
+/// Returns: the name of contender nodes of side `k`, as their names say ("lock" for a mutex).
+const char* kind_name(contender_side k) { return k == contender_side::mutex ? "lock" : zklock::to_string(k); }
+
+/// Returns: what takes contender nodes of kind `k`, for the warning about other kinds.
+const char* taken_by(contender_side k) {
   switch (k) {
-    case bridge::node_kind::lock: return "lock";
-    case bridge::node_kind::read: return "read";
-    case bridge::node_kind::write: return "write";
-    case bridge::node_kind::lease: return "lease";
+    case contender_side::mutex: return "zklock exec --mutex, zklock::mutex, Curator's InterProcessMutex";
+    case contender_side::read: return "zklock exec --shared, the read side of a read/write lock";
+    case contender_side::write: return "zklock exec (default, --write), the write side of a read/write lock";
+    case contender_side::lease: return "zklock exec --permits, zklock::counting_semaphore";
   }
   return "?";
 }
 
-/// Returns: what takes contender nodes of kind `k`, for the warning about other kinds.
-const char* taken_by(bridge::node_kind k) {
-  switch (k) {
-    case bridge::node_kind::lock: return "zklock exec --mutex, zklock::mutex, Curator's InterProcessMutex";
-    case bridge::node_kind::read: return "zklock exec --shared, the read side of a read/write lock";
-    case bridge::node_kind::write: return "zklock exec (default, --write), the write side of a read/write lock";
-    case bridge::node_kind::lease: return "zklock exec --permits, zklock::counting_semaphore";
+/// Returns: whether a lock of mode `m` queues with (and so waits for) contenders of side `k`.
+bool counts(lock_mode m, contender_side k) {
+  switch (m) {
+    case lock_mode::mutex: return k == contender_side::mutex;
+    case lock_mode::shared:
+    case lock_mode::write: return k == contender_side::read || k == contender_side::write;
+    case lock_mode::permits: return k == contender_side::lease;
   }
-  return "?";
+  return true;
 }
 
 const char* mode_name(lock_mode m) {
@@ -62,14 +70,19 @@ const char* mode_name(lock_mode m) {
 /// Effects: warns when the path is in use by contenders of kinds this mode ignores. (A warning
 /// only: a session that ends under it is the acquire's to ride through.)
 void warn_about_other_kinds(zklock::session& s, const options& o) {
-  std::optional<std::vector<bridge::node_kind>> others;
+  std::vector<zklock::contender_info> queue;
   try {
-    others = bridge::ignored_kinds(s, o.path, o.mode, steady::now() + o.connect_timeout);
+    queue = zklock::contenders(s, o.path);
   } catch (const std::system_error& e) {
-    if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
+    if (e.code() != zklock::make_error_code(zklock::errc::session_expired) &&
+        e.code() != zklock::make_error_code(zklock::errc::operation_timeout))
+      throw;
   }
-  if (!others) return;
-  for (const auto k : *others)
+  std::vector<contender_side> others;  // each side once, in queue order
+  for (const auto& c : queue)
+    if (!counts(o.mode, c.side) && std::find(others.begin(), others.end(), c.side) == others.end())
+      others.push_back(c.side);
+  for (const auto k : others)
     say("warning: %s has %s contenders (%s): this %s neither waits for them nor keeps them out", o.path.c_str(),
         kind_name(k), taken_by(k), mode_name(o.mode));
 }
@@ -121,71 +134,59 @@ struct hold {
   std::int64_t token = 0;
   std::stop_token lost;
   std::function<void()> release;
-  std::unique_ptr<bridge::lease_loss> lease;
 };
 
 /// Returns: the hold of the lock `l` acquired, or nullopt if it was lost before CMD could start.
-std::optional<hold> make_hold(zklock::session& s, const options& o, locks& l, std::uint64_t generation) {
+std::optional<hold> make_hold(const options& o, locks& l) {
   hold h;
   switch (o.mode) {
     case lock_mode::mutex:
       h.token = l.mx->fencing_token();
       h.lost = l.mx->lost_token();
       h.release = [&l] { l.mx->unlock(); };
-      return h;
+      break;
     case lock_mode::write:
       h.token = l.rw->fencing_token();
       h.lost = l.rw->lost_token();
       h.release = [&l] { l.rw->unlock(); };
-      return h;
+      break;
     case lock_mode::shared:
+      h.token = l.rw->fencing_token_shared();
+      h.lost = l.rw->lost_token();
+      h.release = [&l] { l.rw->unlock_shared(); };
+      break;
     case lock_mode::permits:
+      h.token = l.sem->fencing_token();
+      h.lost = l.sem->lost_token();
+      h.release = [&l] {
+        try {
+          l.sem->release();
+        } catch (const std::exception&) {  // nothing held: nothing to release
+        }
+      };
       break;
   }
-  // These holds have no fencing_token() of their own: the token is our node's czxid.
-  std::optional<bridge::own_node> mine;
-  try {
-    mine = bridge::find_own_node(s, o.path, o.mode);
-  } catch (const std::system_error& e) {  // the session ended with the grant: the hold is lost
-    if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
-  }
-  if (!mine) return std::nullopt;
-  h.token = mine->token;
-  if (o.mode == lock_mode::shared) {
-    h.lost = l.rw->lost_token();
-    h.release = [&l] { l.rw->unlock_shared(); };
-    return h;
-  }
-  h.lease = std::make_unique<bridge::lease_loss>(s, mine->path, generation, steady::now() + o.connect_timeout);
-  h.lost = h.lease->token();
-  h.release = [&l, lease = h.lease.get()] {
-    lease->release();
-    try {
-      l.sem->release();
-    } catch (const std::exception&) {  // nothing held: nothing to release
-    }
-  };
+  if (h.lost.stop_requested()) return std::nullopt;  // e.g. the session ended with the grant
   return h;
 }
 
-/// Effects: records what the acquire cost for `zklock ls` (see record_prefix). Best effort: a
+/// Effects: records what the acquire cost for `zklock ls` (zklock::record_hold). Best effort: a
 /// failure is only reported with --verbose (a lost lock is the loss signal's business).
-/// Returns: the record's path, if created.
-std::optional<std::string> record_acquire(zklock::session& s, const options& o, std::int64_t token) {
-  if (!g_acquire) return std::nullopt;
+/// Returns: the stored record, if stored.
+std::shared_ptr<zklock::stored_hold_record> record_acquire(zklock::session& s, const options& o, std::int64_t token) {
+  if (!g_acquire) return nullptr;
   try {
-    const auto now_ms = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const auto waited = std::chrono::duration_cast<ms>(g_acquire->wait).count();
-    const std::string data = "granted=" + std::to_string(now_ms) + " waited=" + std::to_string(waited) +
-                             " ahead=" + std::to_string(g_acquire->queue_position) +
-                             " wakeups=" + std::to_string(g_acquire->wakeups) +
-                             " requests=" + std::to_string(g_acquire->requests);
-    std::string path = o.path + "/" + std::string{record_prefix} + std::to_string(token);
-    if (bridge::create_ephemeral(s, path, data)) return path;
+    zklock::hold_record r;
+    r.granted = std::chrono::system_clock::now();
+    r.waited = std::chrono::duration_cast<ms>(g_acquire->wait);
+    r.ahead = g_acquire->queue_position;
+    r.wakeups = g_acquire->wakeups;
+    r.requests = g_acquire->requests;
+    return std::make_shared<zklock::stored_hold_record>(zklock::record_hold(s, o.path, token, r));
   } catch (const std::exception& e) {
     if (g_verbose) say("could not record the acquire on %s: %s", o.path.c_str(), e.what());
   }
-  return std::nullopt;
+  return nullptr;
 }
 
 }  // namespace
@@ -198,7 +199,6 @@ int run_exec(const options& o) {
   warn_about_other_kinds(*s, o);
 
   locks l;
-  const std::uint64_t generation = s->generation();
   bool acquired = false;
   {
     acquire_interrupter interrupter{*s, sigfd.get()};
@@ -222,15 +222,15 @@ int run_exec(const options& o) {
     return exit_code::timeout;
   }
 
-  auto h = make_hold(*s, o, l, generation);
+  auto h = make_hold(o, l);
   if (!h) {
     say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
     return exit_code::lost;
   }
   if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h->token));
   if (auto record = record_acquire(*s, o, h->token)) {  // gone before the lock is released
-    h->release = [&s, generation, path = std::move(*record), release = std::move(h->release)] {
-      bridge::delete_node(*s, path, generation);
+    h->release = [record = std::move(record), release = std::move(h->release)] {
+      record->release();
       release();
     };
   }

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `zklock ls PATH`: the contenders of a lock in queue order, as a table or JSON lines, with what
-// the holders' acquires cost when `zklock exec` recorded it (see record_prefix in cli.hpp).
+// the holders' acquires cost when `zklock exec` recorded it (zklock::record_hold).
 #include <algorithm>
-#include <charconv>
-#include <map>
 #include "cli.hpp"
 
 namespace zkcli {
@@ -14,52 +12,18 @@ const char* side_name(zklock::contender_side s) {
   return s == zklock::contender_side::mutex ? "lock" : zklock::to_string(s);
 }
 
-/// An acquire record, read back.
+/// A holder's acquire record (zklock::hold_record), in milliseconds.
 struct acquire_record {
   long long granted_ms = 0, waited_ms = 0, ahead = 0, wakeups = 0, requests = 0;
 };
 
-/// Returns: the record in `data`, if every field is there and whole.
-std::optional<acquire_record> parse_record(std::string_view data) {
-  acquire_record r;
-  unsigned found = 0;
-  const std::pair<std::string_view, long long*> fields[] = {{"granted=", &r.granted_ms}, {"waited=", &r.waited_ms},
-                                                            {"ahead=", &r.ahead},         {"wakeups=", &r.wakeups},
-                                                            {"requests=", &r.requests}};
-  while (!data.empty()) {
-    const auto sp = data.find(' ');
-    const auto word = data.substr(0, sp);
-    data = sp == std::string_view::npos ? std::string_view{} : data.substr(sp + 1);
-    for (std::size_t i = 0; i < std::size(fields); ++i) {
-      if (!word.starts_with(fields[i].first)) continue;
-      const auto v = word.substr(fields[i].first.size());
-      long long n = 0;
-      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec == std::errc{} && ptr == v.data() + v.size() && !v.empty() && n >= 0) {
-        *fields[i].second = n;
-        found |= 1u << i;
-      }
-    }
-  }
-  if (found != (1u << std::size(fields)) - 1) return std::nullopt;
-  return r;
-}
-
-/// Returns: the acquire records under `path`, by the token of the hold they describe.
-std::map<std::int64_t, acquire_record> acquire_records(zklock::session& s, const std::string& path) {
-  std::map<std::int64_t, acquire_record> out;
-  const auto listing = bridge::children(s, path, steady::now() + s.options().connect_timeout);
-  if (!listing) return out;
-  for (const auto& name : *listing) {
-    if (!name.starts_with(record_prefix)) continue;
-    const std::string_view digits = std::string_view{name}.substr(record_prefix.size());
-    std::int64_t token = 0;
-    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), token);
-    if (ec != std::errc{} || ptr != digits.data() + digits.size()) continue;
-    if (const auto data = bridge::node_data(s, path + "/" + name))
-      if (const auto r = parse_record(*data)) out[token] = *r;
-  }
-  return out;
+/// Returns: `c`'s acquire record, if it holds and `zklock exec` stored one (zklock::record_hold).
+std::optional<acquire_record> record_of(const zklock::contender_info& c) {
+  if (c.state != zklock::contender_state::holder || !c.record) return std::nullopt;
+  const zklock::hold_record& r = *c.record;
+  return acquire_record{std::chrono::duration_cast<ms>(r.granted.time_since_epoch()).count(), r.waited.count(),
+                        static_cast<long long>(r.ahead), static_cast<long long>(r.wakeups),
+                        static_cast<long long>(r.requests)};
 }
 
 std::optional<long long> since_ms(const zklock::contender_info& c) {
@@ -67,9 +31,9 @@ std::optional<long long> since_ms(const zklock::contender_info& c) {
   return std::chrono::duration_cast<ms>(c.who.since->time_since_epoch()).count();
 }
 
-/// Returns: one contender as a JSON line; `a` is its acquire record, if it holds and has one.
-std::string json_line(const std::string& path, const zklock::contender_info& r, const acquire_record* a,
-                      long long now_ms) {
+/// Returns: one contender as a JSON line, with its acquire record if it holds and stored one.
+std::string json_line(const std::string& path, const zklock::contender_info& r, long long now_ms) {
+  const auto a = record_of(r);
   const auto since = since_ms(r);
   auto number = [&](long long v) { return a ? std::to_string(v) : std::string{"null"}; };
   return "{\"path\":" + json_string(path) + ",\"position\":" + std::to_string(r.position + 1) +
@@ -108,20 +72,11 @@ int run_ls(const options& o) {
   // The library's own view of the queue; a session that ends under the listing is replaced, if
   // one can be had within --connect-timeout.
   const auto rows = on_live_session(*s, steady::now() + o.connect_timeout, [&] { return zklock::contenders(*s, o.path); });
-  // What the holders' acquires cost, as `zklock exec` holders recorded it (others record nothing).
-  const auto records = rows.empty() ? std::map<std::int64_t, acquire_record>{}
-                                    : on_live_session(*s, steady::now() + o.connect_timeout,
-                                                      [&] { return acquire_records(*s, o.path); });
-  auto record = [&](const zklock::contender_info& c) -> const acquire_record* {
-    if (c.state != zklock::contender_state::holder) return nullptr;
-    const auto it = records.find(c.token);
-    return it == records.end() ? nullptr : &it->second;
-  };
   const long long now_ms =
       std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch()).count();
 
   if (o.json) {
-    for (const auto& r : rows) std::fputs(json_line(o.path, r, record(r), now_ms).c_str(), stdout);
+    for (const auto& r : rows) std::fputs(json_line(o.path, r, now_ms).c_str(), stdout);
     return exit_code::ok;
   }
   if (rows.empty()) {
@@ -132,7 +87,7 @@ int run_ls(const options& o) {
       {"POS", "STATE", "KIND", "TOKEN", "HOST", "PID", "SINCE", "WAITED", "HELD", "WAKEUPS", "REQUESTS", "NODE"}};
   for (const auto& r : rows) {
     const auto since = since_ms(r);
-    const auto* a = record(r);
+    const auto a = record_of(r);
     table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), side_name(r.side),
                      std::to_string(r.token), r.who.host.empty() ? "-" : r.who.host,
                      r.who.pid ? std::to_string(*r.who.pid) : "-", since ? iso_time(*since) : "-",

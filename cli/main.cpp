@@ -289,7 +289,7 @@ struct command_line {
       o.connect = env;
     }
     try {
-      bridge::validate_lock_path(o.path);
+      zklock::validate_lock_path(o.path);
     } catch (const std::invalid_argument& e) {
       usage_error(tidy(e.what()));
     }

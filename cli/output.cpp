@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <cstdio>
+#include "json_escape.hpp"
 #include "cli.hpp"
 
 namespace zkcli {
@@ -19,26 +20,7 @@ std::string iso_time(long long ms_since_epoch) {
   return buf;
 }
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string json_string(std::string_view s) { return "\"" + zkjson::escape(s) + "\""; }
 
 std::string span(long long ms_count) {
   char buf[48];

@@ -7,6 +7,7 @@ module;
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -145,11 +146,12 @@ class free_watch final : public detail::wake_target {
 
 }  // namespace
 
-bool wait_until_free(session& s, std::string_view path_in, detail::clock::time_point deadline, std::stop_token stop) {
+bool wait_until_free(session& s, std::string_view path_in, const wait_context& wc,
+                     const std::function<void(std::size_t)>& on_busy) {
   const std::string path = detail::checked_path(std::string{path_in});
   constexpr unsigned all_kinds = 0xf;
   for (;;) {
-    if (stop.stop_requested()) return false;
+    if (wc.stop.stop_requested()) return false;
     const std::uint64_t generation = s.generation();
     try {
       const auto w = std::make_shared<free_watch>();
@@ -159,16 +161,20 @@ bool wait_until_free(session& s, std::string_view path_in, detail::clock::time_p
         const free_watch* w;
         ~unwatch() { detail::drop_watch(s, path, true, w); }
       } guard{s, path, w.get()};
-      const auto listing = detail::list_children(s, path, w, deadline);
+      const auto listing = detail::list_children(s, path, w, wc.deadline);
       if (!listing) return false;
-      if (detail::sorted_contenders(*listing, all_kinds).empty()) return true;
-      if (!w->wait_until(deadline, stop)) return false;
+      const std::size_t n = detail::sorted_contenders(*listing, all_kinds).size();
+      if (n == 0) return true;
+      if (on_busy) on_busy(n);
+      if (!w->wait_until(wc.deadline, wc.stop)) return false;
     } catch (const std::system_error& e) {
       if (e.code() != make_error_code(errc::session_expired)) throw;
-      if (!s.await_next_generation(generation, deadline)) throw;
+      if (!s.await_next_generation(generation, wc.deadline)) throw;
     }
   }
 }
+
+void validate_lock_path(std::string_view path) { detail::validate_path(path, "lock path"); }
 
 stored_hold_record::stored_hold_record(stored_hold_record&& o) noexcept
     : s_(std::exchange(o.s_, nullptr)), path_(std::exchange(o.path_, {})), generation_(o.generation_) {}

@@ -6,6 +6,7 @@ module;
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -13,6 +14,7 @@ module;
 #include <vector>
 export module zklock:inspect;
 import :session;
+import :timeout;
 
 export namespace zklock {
 
@@ -115,16 +117,22 @@ stored_hold_record record_hold(session& s, std::string_view path, std::int64_t t
 std::vector<contender_info> contenders(session& s, std::string_view path);
 
 /// Effects: blocks until the lock node `path` has no contenders of any kind (nobody holds it and
-/// nobody waits; a missing node counts as free), using a children watch, never polling. When the
+/// nobody waits; a missing node counts as free), using a children watch, never polling; calls
+/// `on_busy(n)` (if given, on this thread) each time it finds n > 0 contenders and waits. When the
 /// session ends under the wait (an expiry, or a give-up after a long disconnection) it looks again
 /// on the next session, as a waiting acquire queues again. Another contender may queue right after
 /// it returns: to act under the lock, take the lock. Leaves no watch behind.
-/// Returns: true once free; false if `deadline` passed first or `stop` was requested.
+/// Returns: true once free; false if `wc`'s deadline passed first or its stop was requested.
 /// Throws: std::invalid_argument for a bad path; std::system_error: session_closed, session_expired
-/// (no next session before `deadline`, or re-establishment is off), or the server's refusal.
-bool wait_until_free(session& s, std::string_view path,
-                     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
-                     std::stop_token stop = {});
+/// (no next session before the deadline, or re-establishment is off), or the server's refusal;
+/// what `on_busy` throws.
+bool wait_until_free(session& s, std::string_view path, const wait_context& wc = {},
+                     const std::function<void(std::size_t)>& on_busy = {});
+
+/// Effects: checks `path` as every lock's constructor does (absolute, no empty, "." or ".."
+/// segment, no trailing slash, no control characters, not "/zookeeper").
+/// Throws: std::invalid_argument naming the problem.
+void validate_lock_path(std::string_view path);
 
 /// Returns: the identity in a contender node's `data` (see contender_identity). Never throws
 /// anything but std::bad_alloc.

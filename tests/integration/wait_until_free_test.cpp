@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 #include "zk_test.hpp"
 
 namespace {
@@ -31,9 +32,9 @@ using steady = std::chrono::steady_clock;
 TEST(WaitUntilFree, AMissingOrEmptyLockNodeIsFreeAtOnce) {
   const auto path = zkt::unique_path("free-missing");
   zklock::session s{zkt::options()};
-  EXPECT_TRUE(zklock::wait_until_free(s, path, steady::now()));
+  EXPECT_TRUE(zklock::wait_until_free(s, path, {steady::now()}));
   zkt::create_path(path);
-  EXPECT_TRUE(zklock::wait_until_free(s, path, steady::now()));
+  EXPECT_TRUE(zklock::wait_until_free(s, path, {steady::now()}));
 }
 
 TEST(WaitUntilFree, ReturnsWhenTheLastContenderLeavesWhateverItsKind) {
@@ -43,16 +44,21 @@ TEST(WaitUntilFree, ReturnsWhenTheLastContenderLeavesWhateverItsKind) {
   zklock::mutex m{b, path};  // another kind of contender on the same node
   rw.lock_shared();
   m.lock();
-  EXPECT_FALSE(zklock::wait_until_free(w, path, steady::now() + std::chrono::milliseconds{50}))
+  EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::now() + std::chrono::milliseconds{50}}))
       << "two holders: not free";
   const long long before = zkt::server_watch_count();
-  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path); });
+  std::vector<std::size_t> busy;  // read after get(): the future orders it
+  auto waiting = std::async(std::launch::async, [&] {
+    return zklock::wait_until_free(w, path, {}, [&](std::size_t n) { busy.push_back(n); });
+  });
   ASSERT_TRUE(await_more_watches(before));
   rw.unlock_shared();
   EXPECT_TRUE(zkt::await_children(path, 1));
   m.unlock();
   EXPECT_TRUE(waiting.get());
   EXPECT_TRUE(zkt::children(path).empty());
+  ASSERT_FALSE(busy.empty()) << "it waited at least once";
+  for (const std::size_t n : busy) EXPECT_TRUE(n == 1 || n == 2) << "on_busy is told how many contenders it waits for: " << n;
 }
 
 TEST(WaitUntilFree, AStopRequestEndsTheWait) {
@@ -62,13 +68,13 @@ TEST(WaitUntilFree, AStopRequestEndsTheWait) {
   m.lock();
   std::stop_source stop;
   const long long before = zkt::server_watch_count();
-  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path, steady::time_point::max(), stop.get_token()); });
+  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path, {steady::time_point::max(), stop.get_token()}); });
   ASSERT_TRUE(await_more_watches(before));
   stop.request_stop();
   EXPECT_FALSE(waiting.get());
   std::stop_source already;
   already.request_stop();
-  EXPECT_FALSE(zklock::wait_until_free(w, path, steady::time_point::max(), already.get_token()));
+  EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::time_point::max(), already.get_token()}));
   m.unlock();
 }
 
@@ -77,7 +83,7 @@ TEST(WaitUntilFree, TheDeadlineEndsTheWait) {
   zklock::session a{zkt::options()}, w{zkt::options()};
   zklock::counting_semaphore sem{a, path, 1};
   sem.acquire();
-  EXPECT_FALSE(zklock::wait_until_free(w, path, steady::now() + std::chrono::milliseconds{100}));
+  EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::now() + std::chrono::milliseconds{100}}));
   sem.release();
 }
 
@@ -123,6 +129,8 @@ TEST(WaitUntilFree, BadPathsAreRefused) {
   zklock::session s{zkt::options()};
   EXPECT_THROW(zklock::wait_until_free(s, "no-slash"), std::invalid_argument);
   EXPECT_THROW(zklock::wait_until_free(s, "/a//b"), std::invalid_argument);
+  EXPECT_THROW(zklock::validate_lock_path("/a/"), std::invalid_argument);
+  EXPECT_NO_THROW(zklock::validate_lock_path("/a/b"));
 }
 
 TEST(AwaitNextGeneration, ReturnsAtOnceWhenALaterGenerationIsConnectedAndThrowsWhenClosed) {

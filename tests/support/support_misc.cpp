@@ -14,6 +14,7 @@
 
 #include "four_letter.hpp"
 #include "json.hpp"
+#include "json_escape.hpp"
 #include "posix_io.hpp"
 #include "scratch_dir.hpp"
 
@@ -127,26 +128,7 @@ mntr_values mntr(const std::string& connect) {
 
 // ---- JSON -------------------------------------------------------------------------------------
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += b;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
+std::string json_escape(std::string_view s) { return zkjson::escape(s); }
 
 std::string json_number(double v, int decimals) {
   if (!std::isfinite(v)) return "null";
