@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock::wait_until_free(): returns once a lock node has no contenders, gives up at its deadline
 // or when stopped, and looks again on the next session when its session ends under the wait;
-// session::await_next_generation(), which it rides on. (The server's wchp/wchc show data watches
-// only, so these tests see the wait's children watch through the server-wide zk_watch_count.)
+// session::await_next_generation(), which it rides on. The tests see the wait waiting through its
+// on_busy callback, called with the watch armed, just before it blocks.
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <future>
 #include <mutex>
@@ -18,16 +19,57 @@
 
 namespace {
 
-/// Polls until the server counts more watches than `before`. Returns: whether within 30 s.
-bool await_more_watches(long long before) {
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{30};
-  while (zkt::server_watch_count() <= before)
-    if (std::chrono::steady_clock::now() > limit) return false;
-    else std::this_thread::yield();
-  return true;
-}
-
 using steady = std::chrono::steady_clock;
+
+/// A wait_until_free on its own thread: what it was told each time it waited, and a stop that
+/// ends it on every way out of a test.
+class background_wait {
+ public:
+  background_wait(zklock::session& s, std::string path) {
+    result_ = std::async(std::launch::async, [this, &s, path] {
+      return zklock::wait_until_free(s, path, {steady::time_point::max(), stop_.get_token()}, [this](std::size_t n) {
+        {
+          std::lock_guard lk{mu_};
+          busy_.push_back(n);
+        }
+        cv_.notify_all();
+      });
+    });
+  }
+  background_wait(const background_wait&) = delete;
+  background_wait& operator=(const background_wait&) = delete;
+  ~background_wait() {
+    stop_.request_stop();
+    if (result_.valid()) result_.wait();
+  }
+  /// Returns: whether the wait has blocked `k` times (its watch armed each time), within 30 s.
+  bool waited(std::size_t k) {
+    std::unique_lock lk{mu_};
+    return cv_.wait_for(lk, std::chrono::seconds{30}, [&] { return busy_.size() >= k; });
+  }
+  /// Returns: the contender count it saw before its `i`-th block (0-based).
+  std::size_t busy(std::size_t i) {
+    std::lock_guard lk{mu_};
+    return busy_.at(i);
+  }
+  /// Effects: asks the wait to stop.
+  void stop() { stop_.request_stop(); }
+  /// Returns: what wait_until_free returned (or throws what it threw); waits at most 30 s.
+  bool result() {
+    if (result_.wait_for(std::chrono::seconds{30}) != std::future_status::ready) {
+      ADD_FAILURE() << "wait_until_free did not return";
+      return false;
+    }
+    return result_.get();
+  }
+
+ private:
+  std::stop_source stop_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::size_t> busy_;
+  std::future<bool> result_;
+};
 
 TEST(WaitUntilFree, AMissingOrEmptyLockNodeIsFreeAtOnce) {
   const auto path = zkt::unique_path("free-missing");
@@ -46,19 +88,15 @@ TEST(WaitUntilFree, ReturnsWhenTheLastContenderLeavesWhateverItsKind) {
   m.lock();
   EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::now() + std::chrono::milliseconds{50}}))
       << "two holders: not free";
-  const long long before = zkt::server_watch_count();
-  std::vector<std::size_t> busy;  // read after get(): the future orders it
-  auto waiting = std::async(std::launch::async, [&] {
-    return zklock::wait_until_free(w, path, {}, [&](std::size_t n) { busy.push_back(n); });
-  });
-  ASSERT_TRUE(await_more_watches(before));
+  background_wait bw{w, path};
+  ASSERT_TRUE(bw.waited(1));
+  EXPECT_EQ(bw.busy(0), 2u) << "on_busy is told how many contenders it waits for";
   rw.unlock_shared();
-  EXPECT_TRUE(zkt::await_children(path, 1));
+  ASSERT_TRUE(bw.waited(2)) << "the reader's leaving wakes it; the mutex holder keeps it waiting";
+  EXPECT_EQ(bw.busy(1), 1u);
   m.unlock();
-  EXPECT_TRUE(waiting.get());
+  EXPECT_TRUE(bw.result());
   EXPECT_TRUE(zkt::children(path).empty());
-  ASSERT_FALSE(busy.empty()) << "it waited at least once";
-  for (const std::size_t n : busy) EXPECT_TRUE(n == 1 || n == 2) << "on_busy is told how many contenders it waits for: " << n;
 }
 
 TEST(WaitUntilFree, AStopRequestEndsTheWait) {
@@ -66,12 +104,12 @@ TEST(WaitUntilFree, AStopRequestEndsTheWait) {
   zklock::session a{zkt::options()}, w{zkt::options()};
   zklock::mutex m{a, path};
   m.lock();
-  std::stop_source stop;
-  const long long before = zkt::server_watch_count();
-  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path, {steady::time_point::max(), stop.get_token()}); });
-  ASSERT_TRUE(await_more_watches(before));
-  stop.request_stop();
-  EXPECT_FALSE(waiting.get());
+  {
+    background_wait bw{w, path};
+    ASSERT_TRUE(bw.waited(1));
+    bw.stop();
+    EXPECT_FALSE(bw.result());
+  }
   std::stop_source already;
   already.request_stop();
   EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::time_point::max(), already.get_token()}));
@@ -93,16 +131,13 @@ TEST(WaitUntilFree, ASessionThatExpiresUnderTheWaitIsReplacedAndTheWaitGoesOn) {
   zklock::mutex m{a, path};
   m.lock();
   const std::uint64_t first = w.generation();
-  long long before = zkt::server_watch_count();
-  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path); });
-  ASSERT_TRUE(await_more_watches(before));
+  background_wait bw{w, path};
+  ASSERT_TRUE(bw.waited(1));
   ASSERT_TRUE(zkt::expire(w));
-  before = zkt::server_watch_count();  // the expired session's watch is gone with it
-  ASSERT_TRUE(w.await_next_generation(first, steady::now() + std::chrono::seconds{30}));
-  ASSERT_TRUE(await_more_watches(before)) << "the wait watches again on the next session";
-  m.unlock();
-  EXPECT_TRUE(waiting.get());
+  ASSERT_TRUE(bw.waited(2)) << "the wait watches again on the next session";
   EXPECT_GT(w.generation(), first);
+  m.unlock();
+  EXPECT_TRUE(bw.result());
 }
 
 TEST(WaitUntilFree, WithoutReestablishmentAnExpiryThrowsSessionExpired) {
@@ -112,12 +147,11 @@ TEST(WaitUntilFree, WithoutReestablishmentAnExpiryThrowsSessionExpired) {
   zklock::session a{zkt::options()}, w{opts};
   zklock::mutex m{a, path};
   m.lock();
-  const long long before = zkt::server_watch_count();
-  auto waiting = std::async(std::launch::async, [&] { return zklock::wait_until_free(w, path); });
-  ASSERT_TRUE(await_more_watches(before));
+  background_wait bw{w, path};
+  ASSERT_TRUE(bw.waited(1));
   ASSERT_TRUE(zkt::expire(w));
   try {
-    waiting.get();
+    bw.result();
     ADD_FAILURE() << "no exception";
   } catch (const std::system_error& e) {
     EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::session_expired));
