@@ -6,7 +6,7 @@
 // (missing parents become container nodes, so the server reaps them when they empty) and lists
 // the children. Contenders queue in the order of their sequence numbers (serial-number arithmetic,
 // right across the 32-bit wrap); children that are not contenders are ignored. A mode rule
-// (zklock:rules) says which contenders ahead count (all of them for a mutex, a writer or a
+// (zklock.logic:rules) says which contenders ahead count (all of them for a mutex, a writer or a
 // semaphore; writers for a reader) and how many of them may remain while it holds (the lease
 // count for a semaphore, else 1). Releasing deletes the node. Queue order makes the locks fair
 // (first come, first served).
@@ -50,14 +50,14 @@ export module zklock:algorithm;
 import :errors;
 import :session;
 import :detail;
-import :rules;
+import zklock.logic;
 import :watch;
 import :wakeup;
 import :timeout;
 
-export namespace zklock {
-
-namespace detail {
+// Outside any `export`: reachable by the lock templates wherever they are instantiated, never
+// visible to `import zklock;`.
+namespace zklock::detail {
 
 /// What one acquire attempt did (for hooks; counted only when asked for).
 struct acquire_counters {
@@ -245,7 +245,7 @@ enum class wait_outcome {
 };
 
 /// The fast path: watches the `window` nearest counted contenders ahead of us in `queue` (where we
-/// stand as `st`) and counts their deletions (zklock:rules, tally), so that the deletion which
+/// stand as `st`) and counts their deletions (zklock.logic:rules, tally), so that the deletion which
 /// proves us held is itself the grant, one round trip after the release. Returns: granted, relist
 /// when a deletion proves too little (contenders beyond the watched ones may have gone unseen), or
 /// timed_out. Throws: as attempt::watch_ahead.
@@ -351,6 +351,4 @@ std::optional<grant> acquire_node(session& s, const std::string& lock_path, cons
   }
 }
 
-}  // namespace detail
-
-}  // namespace zklock
+}  // namespace zklock::detail

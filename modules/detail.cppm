@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock:detail — the narrow, non-template vocabulary that the lock templates call: path checks,
-// contender names and their order, and the few ZooKeeper operations the algorithm needs. Defined
-// in implementation units, so importers never see the ZooKeeper C API or range-v3.
+// zklock:detail — the narrow, non-template vocabulary that the lock templates call: the few
+// ZooKeeper operations the algorithm needs, watch slots and the hold guard (the pure logic they
+// build on is the module zklock.logic). Defined in implementation units, so importers never see the
+// ZooKeeper C API or range-v3. Declared outside any `export`: reachable by the lock templates
+// wherever they are instantiated, but not visible to `import zklock;`.
 module;
 #include <atomic>
 #include <chrono>
@@ -14,42 +16,11 @@ module;
 #include <string_view>
 #include <vector>
 export module zklock:detail;
+import zklock.logic;
 import :session;
+import :wakeup;
 
-export namespace zklock::detail {
-
-/// The clock of every deadline in zklock (try_lock_until converts other clocks to it once).
-using clock = std::chrono::steady_clock;
-
-/// A session's round trip, as its reads measure it: the lowest latency among the current and the
-/// previous run of 16 reads (a minimum, so that a busy server's queueing hardly moves it; two runs,
-/// so that it follows a network that became slower within 32 reads). Thread-safe.
-class round_trip_meter {
- public:
-  /// Effects: counts one read's latency.
-  void note(clock::duration d) noexcept {
-    std::lock_guard lk{mu_};
-    if (d < now_) now_ = d;
-    if (++n_ == 16) {
-      before_ = now_;
-      now_ = clock::duration::max();
-      n_ = 0;
-    }
-  }
-  /// Returns: the estimate, or nullopt before the first read.
-  std::optional<clock::duration> estimate() const noexcept {
-    std::lock_guard lk{mu_};
-    const auto e = now_ < before_ ? now_ : before_;
-    if (e == clock::duration::max()) return std::nullopt;
-    return e;
-  }
-
- private:
-  mutable std::mutex mu_;
-  clock::duration now_ = clock::duration::max();
-  clock::duration before_ = clock::duration::max();
-  int n_ = 0;
-};
+namespace zklock::detail {
 
 /// Returns: the round-trip meter of `s`'s reads.
 round_trip_meter& round_trips(session& s) noexcept;
@@ -58,70 +29,11 @@ round_trip_meter& round_trips(session& s) noexcept;
 /// measured yet.
 bool look_ahead(session& s) noexcept;
 
-// ---- pure logic (unit-tested without a server) ------------------------------------------------
-
-/// Effects: checks that `path` is an absolute ZooKeeper path zklock may use (no empty, relative,
-/// trailing '/', '//', '.', '..', NUL or control characters, nothing under /zookeeper, at most
-/// 1024 bytes, not "/"). Throws: std::invalid_argument naming `what` and the problem.
-void validate_path(std::string_view path, std::string_view what);
-
-/// Effects: checks a connect string, "host:port[,host:port...][/chroot]": each host non-empty, of
-/// letters, digits, '.', '-', '_' and ':' (IPv6 in brackets: "[addr]:port"), each port in 1..65535,
-/// the chroot a valid path. Returns: the chroot ("" if none). Throws: std::invalid_argument.
-std::string validate_connect(std::string_view connect);
-
-/// Which side of a lock a contender node stands for (from its name).
-enum class contender_kind : std::uint8_t { lock, read, write, lease };
-
-/// The marker that precedes the sequence number in a contender's name (Curator's spellings for
-/// lock/read/write).
-std::string_view marker(contender_kind k) noexcept;
-
-/// One contender node, as listed.
-struct contender {
-  std::string name;                            ///< the child's name under the lock node
-  std::int32_t seq = 0;                        ///< its sequence number (the last 10 digits)
-  contender_kind kind = contender_kind::lock;  ///< which side it stands for
-};
-
-/// Returns: the contender a child name stands for, or nullopt if the name is not a contender
-/// (no marker, or not followed by a 10-character ZooKeeper sequence).
-std::optional<contender> parse_contender(std::string_view name);
-
-/// Returns: whether sequence a was issued before b (serial-number arithmetic: right across the
-/// signed 32-bit wrap).
-constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
-  return static_cast<std::int32_t>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b)) < 0;
-}
-
-/// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
-/// queue order.
-std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds);
-
-/// Returns: a fresh random id, formatted like a Java UUID (8-4-4-4-12 lowercase hex).
-std::string random_uuid();
-
-/// Returns: the node name prefix of one acquire attempt: "_c_<uuid>-<marker>".
-std::string contender_prefix(contender_kind k);
-
 // ---- waking a waiter from a watch ------------------------------------------------------------
 
-/// Something a watch wakes. Waiters on one (path, kind) of a session share one watch group: one
-/// C-client watcher and one server watch, whose context is a registry id, never a pointer (the
-/// C client may call a watcher again on every session event, long after its waiter gave up). A
-/// group wakes its live waiters when it fires, when the session expires, and when the handle is
-/// closed. The last waiter to leave removes the watch from the server.
-class wake_target {
- public:
-  /// Effects: none (targets are shared; the last owner destroys them).
-  virtual ~wake_target() = default;
-  /// Effects: wakes whoever waits on this target; called on ZooKeeper's event thread (or by the
-  /// session when it ends), so it must not block. Never throws.
-  virtual void wake() noexcept = 0;
-  /// Set (before wake()) when the watch fired because its node was deleted; the engine clears it
-  /// before each wait. Lets a waiter that knows the deletion decides the rule skip the re-listing.
-  std::atomic<bool> node_deleted{false};
-};
+/// The base of everything a watch wakes (a wake-up policy's waiter, a watch slot, a hold guard):
+/// the public zklock::wake_target (zklock:wakeup).
+using wake_target = zklock::wake_target;
 
 // ---- the ZooKeeper operations of the one algorithm --------------------------------------------
 // They wait through connection loss until `deadline`, and throw std::system_error (zklock
@@ -318,41 +230,12 @@ void watch_held_node(session& s, const held_node& n, const std::shared_ptr<hold_
 /// have been claimed. Never throws (if it cannot be sent, the watch is simply not armed).
 void watch_own_node(session& s, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept;
 
-// ---- ACLs: refuse to queue where we could not delete our node again ----------------------------
-
-/// One entry of a node's ACL.
-struct acl_entry {
-  int perms = 0;       ///< ZooKeeper permission bits (read 1, write 2, create 4, delete 8, admin 16)
-  std::string scheme;  ///< "world", "digest", "ip", ...
-  std::string id;      ///< "anyone", "user:base64(sha1(user:password))", an address, ...
-};
-
-/// The DELETE permission bit.
-inline constexpr int acl_delete = 8;
-
-/// Returns: the id ZooKeeper's digest scheme stores for `user:password`:
-/// "user:" + base64(sha1("user:password")). Throws: std::invalid_argument if there is no ':'.
-std::string digest_identity(std::string_view user_colon_password);
-
-/// Returns: whether `acl` may let a session whose digest identity is `digest_id` (empty: none)
-/// delete children of the node: world:anyone or that digest id holds DELETE, or an entry of a
-/// scheme that zklock cannot judge from the client side (ip, sasl, x509, ...) does.
-bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_id) noexcept;
-
 /// Returns: whether the session that created `n` is still the live one (not expired, not replaced).
 bool session_alive_for(const session& s, const held_node& n) noexcept;
 
 /// Effects: makes sure the semaphore node `path` exists and stores `leases`.
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count.
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
-
-/// Returns: the current session's password (16 bytes), for tools that open a second handle on
-/// the same session (tests that force an expiry): session::credentials().password, or "" while
-/// there is no live session.
-std::string session_password(const session& s);
-
-/// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
-std::string contender_data();
 
 /// A node's data and the stat fields that tools show (the `zklock ls` command).
 struct node_info {

@@ -31,9 +31,9 @@ import :timeout;
 import :hooks;
 import :policies;
 
-export namespace zklock {
-
-namespace detail {
+// Outside any `export`: reachable by the lock templates wherever they are instantiated, never
+// visible to `import zklock;`.
+namespace zklock::detail {
 
 /// One granted hold: the node we hold and its loss signal.
 struct hold {
@@ -361,6 +361,4 @@ clock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>
   }
 }
 
-}  // namespace detail
-
-}  // namespace zklock
+}  // namespace zklock::detail

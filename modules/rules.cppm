@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock:rules — the only place where the lock modes differ: which contenders ahead of a waiter
+// zklock.logic:rules — the only place where the lock modes differ: which contenders ahead of a waiter
 // count for its mode, and how many of them may remain ahead while it holds. Plus what a waiter may
 // conclude from the deletions it saw since its last listing. Pure functions, unit-tested without a
 // server.
@@ -7,8 +7,8 @@ module;
 #include <cstddef>
 #include <span>
 #include <vector>
-export module zklock:rules;
-import :detail;
+export module zklock.logic:rules;
+import :queue;
 
 export namespace zklock::detail {
 

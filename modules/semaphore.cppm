@@ -16,7 +16,7 @@ export module zklock:semaphore;
 import :errors;
 import :session;
 import :detail;
-import :rules;
+import zklock.logic;
 import :holds;
 import :policies;
 import :timeout;

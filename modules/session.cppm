@@ -10,6 +10,11 @@ module;
 #include <string_view>
 export module zklock:session;
 
+// The state behind a session (defined in modules/session/session_impl.cppm): not exported.
+namespace zklock::detail {
+struct session_impl;
+}  // namespace zklock::detail
+
 export namespace zklock {
 
 /// Where a session is.
@@ -88,11 +93,6 @@ struct session_credentials {
   std::int64_t id = 0;   ///< the server's session id, as session::id()
   std::string password;  ///< the session's password: 16 bytes, not text
 };
-
-namespace detail {
-/// The state behind a session (defined in modules/session/session_impl.cppm); not for users.
-struct session_impl;
-}  // namespace detail
 
 /// One ZooKeeper session. Thread-safe; lock objects keep a reference to it, so it must outlive them.
 class session {

@@ -10,7 +10,7 @@ export module zklock:shared_mutex;
 import :errors;
 import :session;
 import :detail;
-import :rules;
+import zklock.logic;
 import :holds;
 import :policies;
 import :timeout;

@@ -10,14 +10,18 @@ export import :reentrancy;    // policy: none, per thread, counted owner
 export import :timeout;       // policy: how long a blocking lock() waits
 export import :hooks;         // policy: observability (wait, hold, queue position, wake-ups, requests)
 export import :policies;      // default_policies and LockPolicies: one bundle, one line per changed axis
-export import :algorithm;     // the one algorithm (essay on top): queue, wait, grant on deletion
-export import :holds;         // the holds a lock object keeps: loss token, still owned, release, hooks
 export import :mutex;         // basic_mutex<Policies>: a fair TimedLockable mutex
 export import :shared_mutex;  // basic_shared_mutex<Policies>: a fair read/write lock
 export import :semaphore;     // basic_counting_semaphore<Policies>: a fair counting semaphore
 export import :aliases;       // mutex, recursive_mutex, owner_mutex, shared_mutex, counting_semaphore
 export import :inspect;       // contenders(): who holds a lock node and who waits (what `zklock ls` prints)
 
-// Implementation vocabulary, reachable by the templates above but not meant for users.
-export import :detail;
-export import :rules;
+// Implementation, reachable by the lock templates wherever they are instantiated but not visible
+// to importers: these partitions declare nothing under `export` (every interface partition must
+// be exported by this unit, so they are listed here).
+export import :algorithm;     // the one algorithm (essay on top): queue, wait, grant on deletion
+export import :holds;         // the holds a lock object keeps: loss token, still owned, release, hooks
+export import :detail;        // the ZooKeeper operations the algorithm needs, watch slots, hold guard
+// The pure logic (path and connect-string checks, contender names and order, the mode rules, ACL
+// judgement): a module of its own, imported here but not re-exported; the unit tests import it.
+import zklock.logic;

@@ -19,16 +19,32 @@ module;
 #include <semaphore>
 #include <type_traits>
 export module zklock:wakeup;
-import :detail;
 
 export namespace zklock {
 
-/// A wakeup policy: an empty type naming a default-constructible `waiter` (a detail::wake_target
+/// What a watch wakes: the base of a wakeup policy's waiter. The watches of one (path, kind) of a
+/// session are shared: one C-client watcher and one server watch, whose context is a registry id,
+/// never a pointer (the C client may call a watcher again on every session event, long after its
+/// waiter gave up). A watch wakes its live waiters when it fires, when the session expires, and
+/// when the session is closed.
+class wake_target {
+ public:
+  /// Effects: none (targets are shared; the last owner destroys them).
+  virtual ~wake_target() = default;
+  /// Effects: wakes whoever waits on this target; called on ZooKeeper's event thread (or by the
+  /// session when it ends), so it must not block. Never throws.
+  virtual void wake() noexcept = 0;
+  /// Set (before wake()) when the watch fired because its node was deleted; the engine clears it
+  /// before each wait. Lets a waiter that knows the deletion decides the rule skip the re-listing.
+  std::atomic<bool> node_deleted{false};
+};
+
+/// A wakeup policy: an empty type naming a default-constructible `waiter` (a wake_target
 /// with reset() and bool wait_until(deadline)) and a static `fresh_per_wait`: whether each wait
 /// gets a new waiter instead of a reset one.
 template <class P>
 concept WakeupPolicy =
-    std::is_empty_v<P> && std::derived_from<typename P::waiter, detail::wake_target> &&
+    std::is_empty_v<P> && std::derived_from<typename P::waiter, wake_target> &&
     std::default_initializable<typename P::waiter> &&
     requires(typename P::waiter& w, std::chrono::steady_clock::time_point d) {
       { P::fresh_per_wait } -> std::convertible_to<bool>;
@@ -42,7 +58,7 @@ struct wake_condition_variable {
   static constexpr bool fresh_per_wait = false;
 
   /// A flag guarded by a mutex, and a condition variable to wait for it.
-  class waiter final : public detail::wake_target {
+  class waiter final : public wake_target {
    public:
     /// Effects: sets the flag and notifies the waiting thread; called by the watch (or when the
     /// session ends). Never blocks for long; never throws.
@@ -82,7 +98,7 @@ struct wake_latch {
   static constexpr bool fresh_per_wait = true;
 
   /// A one-shot latch: a binary semaphore released at most once.
-  class waiter final : public detail::wake_target {
+  class waiter final : public wake_target {
    public:
     /// Effects: opens the latch (once; later calls do nothing); called by the watch (or when the
     /// session ends). Never blocks; never throws.

@@ -337,13 +337,5 @@ bool session_alive_for(const session& sess, const held_node& n) noexcept {
   return !s.closed && s.gen == n.generation && s.st != session_state::expired;
 }
 
-std::string session_password(const session& sess) {
-  try {
-    return sess.credentials().password;
-  } catch (const std::system_error&) {  // no live session: nothing to attach to
-    return {};
-  }
-}
-
 }  // namespace detail
 }  // namespace zklock

@@ -12,7 +12,6 @@
 //   contenders.cpp      contender creation (pipelined, protected), ACLs, containers
 //   nodes.cpp           semaphore node, read_node, create_ephemeral
 //   client_log.cpp      the C client's log routing
-//   connect_string.cpp  connect-string checks (pure logic)
 module;
 #include <atomic>
 #include <chrono>

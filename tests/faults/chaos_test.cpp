@@ -64,82 +64,24 @@ milliseconds session_timeout() { return scaled(1500ms); }
 // real|second-in-line SEED`. Stops when its stdin becomes readable (the parent closed it).
 
 
-/// Wakes a thread waiting for a watch of the broken lock below.
-class waker final : public zklock::detail::wake_target {
- public:
-  void wake() noexcept override {
-    {
-      std::lock_guard lk{mu_};
-      woken_ = true;
-    }
-    cv_.notify_all();
-  }
-  void wait_for(milliseconds d) {
-    std::unique_lock lk{mu_};
-    cv_.wait_for(lk, d, [&] { return woken_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool woken_ = false;
-};
-
-/// A deliberately broken lock for the checker's teeth: zklock's own recipe pieces, except that
-/// the contender second in line believes it holds the lock too. Same interface as zklock::mutex.
+/// A deliberately broken lock for the checker's teeth: zklock's own queue, except that the
+/// contender second in line believes it holds the lock too (a semaphore of two leases behind
+/// zklock::mutex's interface).
 class second_in_line_mutex {
  public:
-  second_in_line_mutex(zklock::session& s, std::string path) : s_(s), path_(std::move(path)) {}
-  ~second_in_line_mutex() { unlock(); }
-  second_in_line_mutex(const second_in_line_mutex&) = delete;
-  second_in_line_mutex& operator=(const second_in_line_mutex&) = delete;
+  second_in_line_mutex(zklock::session& s, std::string path) : leases_(s, std::move(path), 2) {}
 
-  void lock() {
-    namespace d = zklock::detail;
-    const auto forever = d::clock::time_point::max();
-    auto n = d::create_contender(s_, path_, d::contender_prefix(d::contender_kind::lock), d::contender_data(), forever);
-    if (!n) throw std::runtime_error("create_contender gave up without a deadline");
-    const std::string self = n->path.substr(path_.size() + 1);
-    try {
-      for (;;) {
-        auto w = std::make_shared<waker>();
-        const auto kids = d::list_children(s_, path_, w, forever);
-        const auto queue = d::sorted_contenders(kids.value(), d::kind_bit(d::contender_kind::lock));
-        std::size_t me = queue.size();
-        for (std::size_t i = 0; i < queue.size(); ++i)
-          if (queue[i].name == self) me = i;
-        if (me == queue.size()) zklock::throw_error(zklock::errc::lock_lost, "second_in_line_mutex: our node vanished");
-        if (me <= 1) {  // THE BUG: first or second in line counts as held
-          d::drop_watch(s_, path_, true, w.get());
-          guard_ = std::make_shared<d::hold_guard>(s_, d::loss_token(s_, n->generation));
-          d::watch_held_node(s_, *n, guard_);
-          node_ = std::move(n);
-          return;
-        }
-        w->wait_for(1s);  // a children watch wakes it; the bound only covers a missed wake-up
-        d::drop_watch(s_, path_, true, w.get());
-      }
-    } catch (...) {
-      d::release_node(s_, *n);
-      throw;
-    }
-  }
+  void lock() { leases_.acquire(); }  // THE BUG: first or second in line counts as held
   void unlock() noexcept {
-    if (!node_) return;
-    guard_->release();
-    zklock::detail::release_node(s_, *node_);
-    node_.reset();
-    guard_.reset();
+    std::error_code ec;
+    leases_.release(ec);
   }
-  std::int64_t fencing_token() const { return node_.value().czxid; }
-  std::stop_token lost_token() const { return guard_->token(); }
-  bool still_owned() const noexcept { return guard_ && !guard_->lost(); }
+  std::int64_t fencing_token() const { return leases_.fencing_token(); }
+  std::stop_token lost_token() const { return leases_.lost_token(); }
+  bool still_owned() const noexcept { return leases_.still_owned(); }
 
  private:
-  zklock::session& s_;
-  std::string path_;
-  std::optional<zklock::detail::held_node> node_;
-  std::shared_ptr<zklock::detail::hold_guard> guard_;
+  zklock::counting_semaphore leases_;
 };
 
 struct contender_args {
@@ -167,7 +109,7 @@ void contend(zklock::session& s, Lock& m, const contender_args& a, const event_l
     }
     const std::int64_t token = m.fencing_token();
     log.line("GRANT " + who + " " + std::to_string(token) + " " + std::to_string(mono_ns()) + " " +
-             std::to_string(s.id()) + " " + to_hex(zklock::detail::session_password(s)));
+             std::to_string(s.id()) + " " + to_hex(zkt::session_password(s)));
     {
       std::stop_callback on_loss{m.lost_token(), lost_logger{&log, a.who, token}};
       for (int i = 0; i < writes_per_hold; ++i) {

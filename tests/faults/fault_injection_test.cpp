@@ -391,7 +391,7 @@ int role_hold(const std::vector<std::string>& a) {
   const std::int64_t token = m.fencing_token();
   const auto lost = m.lost_token();
   std::stop_callback report_loss{lost, [] { say("lost"); }};
-  say("held " + std::to_string(token) + " " + std::to_string(s.id()) + " " + to_hex(zklock::detail::session_password(s)));
+  say("held " + std::to_string(token) + " " + std::to_string(s.id()) + " " + to_hex(zkt::session_password(s)));
   line_reader in{STDIN_FILENO};
   while (const auto cmd = in.next(24h)) {
     if (cmd->starts_with("write ")) say("write " + std::to_string(token) + " " + cmd->substr(6));

@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include <zookeeper/zookeeper.h>
@@ -195,7 +196,7 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit) {
   while (!ok && std::chrono::steady_clock::now() < deadline) {
     clientid_t id{};
     id.client_id = s.id();
-    const std::string pw = zklock::detail::session_password(s);
+    const std::string pw = session_password(s);
     // Read both from the session being expired: a re-established one must not be hit instead.
     if ((ok = done())) break;
     std::memcpy(id.passwd, pw.data(), std::min(pw.size(), sizeof id.passwd));
@@ -209,6 +210,14 @@ bool expire(zklock::session& s, std::chrono::milliseconds limit) {
   }
   s.remove_state_listener(listener);
   return ok;
+}
+
+std::string session_password(const zklock::session& s) {
+  try {
+    return s.credentials().password;
+  } catch (const std::system_error&) {  // no live session: nothing to attach to
+    return {};
+  }
 }
 
 std::string four_letter(std::string_view word) { return four_letter_to(connect(), word); }

@@ -36,6 +36,10 @@ void create_path(const std::string& path);
 /// Returns: whether it worked within `limit`.
 bool expire(zklock::session& s, std::chrono::milliseconds limit = std::chrono::seconds{30});
 
+/// Returns: `s`'s current password (16 bytes, session::credentials()), or "" while it has no live
+/// session (for logs that record it whatever the session's state).
+std::string session_password(const zklock::session& s);
+
 /// Returns: the answer of a four-letter word, e.g. "wchp", from the first server of connect().
 std::string four_letter(std::string_view word);
 
@@ -247,7 +251,7 @@ bool await_watch(const std::string& path, const zklock::session& s);
 
 namespace zkt {
 
-/// Effects: ends the session `id` (with its 16-byte `password`, see zklock::detail::session_password)
+/// Effects: ends the session `id` (with its 16-byte `password`, see zklock::session::credentials)
 /// on the server from outside the process that owns it: attaches a second handle with the same
 /// credentials and closes it, until a handle attaching with them is told the session expired.
 /// Stop (SIGSTOP) the owner meanwhile, or its client may win the session back.

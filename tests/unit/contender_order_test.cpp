@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
-import zklock;
+import zklock.logic;
 
 using namespace zklock::detail;
 

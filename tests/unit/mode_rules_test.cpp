@@ -5,6 +5,7 @@
 #include <vector>
 #include <gtest/gtest.h>
 import zklock;
+import zklock.logic;
 
 using namespace zklock::detail;
 

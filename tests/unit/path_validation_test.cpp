@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 #include <gtest/gtest.h>
-import zklock;
+import zklock.logic;
 
 using zklock::detail::validate_path;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pure logic of the algorithm: path checks, contender names, queue order, ids, ACL judgement.
-// The ZooKeeper operations that :detail declares (create_and_list, watch_node, ...) are in
-// modules/session/ (contenders.cpp, watches.cpp, background.cpp, nodes.cpp), connect strings too.
+// zklock.logic, defined: path checks, contender names, queue order, ids, ACL judgement (connect
+// strings: modules/connect_string.cpp). The ZooKeeper operations that zklock:detail declares
+// (create_and_list, watch_node, ...) are in modules/session/ (contenders.cpp, watches.cpp, ...).
 module;
 #include <array>
 #include <charconv>
@@ -16,7 +16,7 @@ module;
 #include <unistd.h>
 #include <utility>
 #include <range/v3/action/sort.hpp>
-module zklock;
+module zklock.logic;
 
 namespace zklock::detail {
 

@@ -7,7 +7,7 @@ module;
 #include <stdexcept>
 #include <string>
 #include <string_view>
-module zklock;
+module zklock.logic;
 
 namespace zklock::detail {
 

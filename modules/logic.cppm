@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock.logic — the pure logic of the lock algorithm: path and connect-string checks, contender
+// names and their queue order, the mode rules (zklock.logic:rules), ACL judgement, the round-trip
+// meter. A module of its own, which zklock imports but does not re-export: importers of zklock
+// never see these names; the unit tests (tests/unit) import it to test them without a server.
+module;
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+export module zklock.logic;
+export import :queue;  // contender names and their queue order
+export import :rules;  // the mode rules: which contenders ahead count, and how many may remain
+
+export namespace zklock::detail {
+
+/// The clock of every deadline in zklock (try_lock_until converts other clocks to it once).
+using clock = std::chrono::steady_clock;
+
+/// A session's round trip, as its reads measure it: the lowest latency among the current and the
+/// previous run of 16 reads (a minimum, so that a busy server's queueing hardly moves it; two runs,
+/// so that it follows a network that became slower within 32 reads). Thread-safe.
+class round_trip_meter {
+ public:
+  /// Effects: counts one read's latency.
+  void note(clock::duration d) noexcept {
+    std::lock_guard lk{mu_};
+    if (d < now_) now_ = d;
+    if (++n_ == 16) {
+      before_ = now_;
+      now_ = clock::duration::max();
+      n_ = 0;
+    }
+  }
+  /// Returns: the estimate, or nullopt before the first read.
+  std::optional<clock::duration> estimate() const noexcept {
+    std::lock_guard lk{mu_};
+    const auto e = now_ < before_ ? now_ : before_;
+    if (e == clock::duration::max()) return std::nullopt;
+    return e;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  clock::duration now_ = clock::duration::max();
+  clock::duration before_ = clock::duration::max();
+  int n_ = 0;
+};
+
+// ---- checks of what users pass in ---------------------------------------------------------------
+
+/// Effects: checks that `path` is an absolute ZooKeeper path zklock may use (no empty, relative,
+/// trailing '/', '//', '.', '..', NUL or control characters, nothing under /zookeeper, at most
+/// 1024 bytes, not "/"). Throws: std::invalid_argument naming `what` and the problem.
+void validate_path(std::string_view path, std::string_view what);
+
+/// Effects: checks a connect string, "host:port[,host:port...][/chroot]": each host non-empty, of
+/// letters, digits, '.', '-', '_' and ':' (IPv6 in brackets: "[addr]:port"), each port in 1..65535,
+/// the chroot a valid path. Returns: the chroot ("" if none). Throws: std::invalid_argument.
+std::string validate_connect(std::string_view connect);
+
+// ---- ACLs: refuse to queue where we could not delete our node again ----------------------------
+
+/// One entry of a node's ACL.
+struct acl_entry {
+  int perms = 0;       ///< ZooKeeper permission bits (read 1, write 2, create 4, delete 8, admin 16)
+  std::string scheme;  ///< "world", "digest", "ip", ...
+  std::string id;      ///< "anyone", "user:base64(sha1(user:password))", an address, ...
+};
+
+/// The DELETE permission bit.
+inline constexpr int acl_delete = 8;
+
+/// Returns: the id ZooKeeper's digest scheme stores for `user:password`:
+/// "user:" + base64(sha1("user:password")). Throws: std::invalid_argument if there is no ':'.
+std::string digest_identity(std::string_view user_colon_password);
+
+/// Returns: whether `acl` may let a session whose digest identity is `digest_id` (empty: none)
+/// delete children of the node: world:anyone or that digest id holds DELETE, or an entry of a
+/// scheme that zklock cannot judge from the client side (ip, sasl, x509, ...) does.
+bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_id) noexcept;
+
+/// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
+std::string contender_data();
+
+}  // namespace zklock::detail
