@@ -5,12 +5,14 @@
 // outlives its lock object, and tells its loss.
 #include <array>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <set>
 #include <stop_token>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include "async_probe.hpp"
 #include "expect_error.hpp"
@@ -164,6 +166,107 @@ TEST(AsyncLifetime, ClosingTheSessionCompletesEveryPendingAcquireOnce) {
   EXPECT_EQ(after.calls(), 1);
   EXPECT_EQ(after.code(), std::error_code{zklock::errc::session_closed});
   b.release();
+}
+
+// A completion (on the default completion thread) destroys its lock object, with another acquire
+// of that object pending: the destructor returns, and the other completes once, session_closed.
+TEST(AsyncLifetime, ACompletionMayDestroyItsLockObject) {
+  blockers b{zkt::unique_path("async-destroy-in-completion")};
+  zklock::session as{zkt::options()};
+  completion other;
+  std::promise<std::error_code> first;
+  auto f_first = first.get_future();
+  auto m = std::make_unique<zklock::mutex>(as, b.mp);
+  m->async_lock([&](std::error_code ec, zklock::lock_hold) {
+    m.reset();
+    first.set_value(ec);
+  });
+  m->async_lock(other.callback());
+  ASSERT_TRUE(b.await(2, 0, 0));
+  b.m.unlock();
+  ASSERT_EQ(f_first.wait_for(30s), std::future_status::ready) << "the destructor never returned";
+  EXPECT_EQ(f_first.get(), std::error_code{});
+  ASSERT_TRUE(other.wait());
+  EXPECT_EQ(other.calls(), 1);
+  EXPECT_EQ(other.code(), std::error_code{zklock::errc::session_closed});
+  EXPECT_TRUE(zkt::await_children(b.mp, 0));
+  b.m.lock();
+  b.release();
+}
+
+// A completion closes the session with acquires of it pending and a hold granted: close()
+// returns, the others complete once with session_closed, the hold is lost and releases quietly.
+TEST(AsyncLifetime, ACompletionMayCloseTheSession) {
+  blockers b{zkt::unique_path("async-close-in-completion")};
+  zklock::session as{zkt::options()};
+  std::array<completion, 2> c;
+  completion granted;
+  std::promise<void> closed;
+  auto f_closed = closed.get_future();
+  zklock::mutex free_m{as, b.base + "/free"}, m{as, b.mp};
+  free_m.async_lock(granted.callback());
+  ASSERT_TRUE(granted.wait());
+  ASSERT_TRUE(granted.hold().owns_lock());
+  m.async_lock(c[0].callback());
+  m.async_lock(c[1].callback());
+  ASSERT_TRUE(b.await(2, 0, 0));
+  free_m.async_lock([&](std::error_code, zklock::lock_hold) {
+    as.close();
+    closed.set_value();
+  });
+  ASSERT_TRUE(zkt::await_children(b.base + "/free", 2));
+  granted.hold().unlock();
+  ASSERT_EQ(f_closed.wait_for(30s), std::future_status::ready) << "close() never returned";
+  for (auto& one : c) ASSERT_TRUE(one.wait());
+  expect_all(c, zklock::errc::session_closed);
+  EXPECT_TRUE(b.await(0, 0, 0));
+  b.release();
+}
+
+// An executor that drops the completion (never runs it): the hold it carried is released.
+TEST(AsyncLifetime, ADroppedCompletionReleasesItsHold) {
+  const auto path = zkt::unique_path("async-dropped");
+  zklock::session s{zkt::options()};
+  std::promise<void> dropped;
+  auto f_dropped = dropped.get_future();
+  zklock::mutex m{s, path};
+  m.async_lock({}, [](std::error_code, zklock::lock_hold) { ADD_FAILURE() << "a dropped completion ran"; },
+               [&](std::function<void()>) { dropped.set_value(); });
+  ASSERT_EQ(f_dropped.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(zkt::await_children(path, 0)) << "the hold of a dropped completion stayed";
+  EXPECT_TRUE(m.try_lock());
+  m.unlock();
+}
+
+// A stop racing the grant: each round completes once, either granted (holding) or cancelled
+// (leaving nothing).
+TEST(AsyncCancel, AStopRacingTheGrantCompletesOnceEitherWay) {
+  const auto path = zkt::unique_path("async-stop-race");
+  zklock::session hs{zkt::options()}, as{zkt::options()};
+  zklock::mutex holder{hs, path}, m{as, path};
+  for (int round = 0; round < 30; ++round) {
+    completion c;
+    std::stop_source stop;
+    holder.lock();
+    m.async_lock({.stop = stop.get_token()}, c.callback());
+    ASSERT_TRUE(zkt::await_children(path, 2));
+    {
+      std::jthread stopper([&] { stop.request_stop(); });
+      holder.unlock();
+    }
+    ASSERT_TRUE(c.wait()) << round;
+    EXPECT_EQ(c.calls(), 1) << round;
+    if (c.code() == zklock::errc::cancelled) {
+      EXPECT_FALSE(c.hold().owns_lock()) << round;
+      EXPECT_EQ(zkt::children(path).size(), 0u) << round << ": a cancelled acquire left its node";
+    } else {
+      EXPECT_EQ(c.code(), std::error_code{}) << round << ": " << c.code().message();
+      EXPECT_TRUE(c.hold().owns_lock()) << round;
+      EXPECT_EQ(zkt::children(path).size(), 1u) << round;
+      c.hold().unlock();
+      ASSERT_TRUE(zkt::await_children(path, 0));
+    }
+  }
 }
 
 // An expiry while acquires of every kind wait: they queue again on the next session (nodes of the

@@ -9,6 +9,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -239,6 +240,7 @@ TEST(AsyncAwait, ACoroutineHoldsEveryKind) {
   zklock::mutex holder{hs, base + "/m"}, m{as, base + "/m"};
   zklock::shared_mutex rw{as, base + "/rw"}, holder_rw{hs, base + "/rw"};
   zklock::counting_semaphore sem{as, base + "/sem", 1}, holder_sem{hs, base + "/sem", 1};
+  (void)m.async_lock();  // an awaitable never awaited starts nothing
   holder.lock();
   holder_rw.lock_shared();  // readers share: no wait for the reader
   take_three(m, rw, sem, out);
@@ -253,10 +255,11 @@ TEST(AsyncAwait, ACoroutineHoldsEveryKind) {
     if (h) EXPECT_GT(h.fencing_token(), 0);
   }
   EXPECT_EQ(holds[1].path(), base + "/rw");
-  EXPECT_FALSE(holder.try_lock());
-  EXPECT_FALSE(holder_rw.try_lock());
-  EXPECT_FALSE(holder_sem.try_acquire());
+  EXPECT_EQ(zkt::children(base + "/m").size(), 1u) << "the awaitable never awaited queued";
   holder_rw.unlock_shared();
+  EXPECT_FALSE(holder.try_lock());
+  EXPECT_FALSE(holder_rw.try_lock()) << "the coroutine's read hold does not exclude a writer";
+  EXPECT_FALSE(holder_sem.try_acquire());
 }
 
 // A writer co_awaited behind a blocking reader; errors arrive as std::system_error: the deadline's
@@ -319,6 +322,7 @@ TEST(AsyncCancel, StopWhilePendingAndStopBeforeTheCall) {
   start_all({.stop = pending.get_token()}, 0);
   ASSERT_TRUE(zkt::await_children(mp, 2) && zkt::await_children(rwp, 3) && zkt::await_children(sp, 2));
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(c[i].calls(), 0) << i;
+  EXPECT_TRUE(zkt::await_watch(base, cs)) << "control: a pending acquire's watch is listed";
   pending.request_stop();
   std::stop_source before;
   before.request_stop();
@@ -339,7 +343,7 @@ TEST(AsyncExecutor, AUserExecutorRunsTheCompletionOnItsThread) {
   const auto path = zkt::unique_path("async-executor");
   zklock::session hs{zkt::options()}, as{zkt::options()};
   zkt::queue_executor ex;
-  completion c;
+  completion c, inline_run;
   std::promise<outcome> resumed;
   auto f = resumed.get_future();
   zklock::mutex holder{hs, path}, m{as, path};
@@ -364,6 +368,12 @@ TEST(AsyncExecutor, AUserExecutorRunsTheCompletionOnItsThread) {
   EXPECT_EQ(o.ec, std::error_code{});
   EXPECT_TRUE(o.hold.owns_lock());
   EXPECT_EQ(o.thread, std::this_thread::get_id());
+  // An executor that runs the completion at once (on zklock's algorithm thread) works too.
+  m.async_lock({}, inline_run.callback(), [](std::function<void()> run) { run(); });
+  ASSERT_TRUE(zkt::await_children(path, 2));
+  o.hold.unlock();
+  ASSERT_TRUE(inline_run.wait());
+  expect_granted(inline_run, path);
 }
 
 // The default: the completion runs, and the coroutine resumes, on another thread than the caller's.
