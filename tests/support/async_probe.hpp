@@ -53,14 +53,13 @@ class completion {
 
  private:
   void record(std::error_code ec, zklock::lock_hold h) {
-    {
-      std::lock_guard lk{mu_};
-      ++calls_;
-      ec_ = ec;
-      hold_ = std::move(h);
-      thread_ = std::this_thread::get_id();
-      at_ = std::chrono::steady_clock::now();
-    }
+    // Notified under the lock: a waiter may destroy *this as soon as it sees the call.
+    std::lock_guard lk{mu_};
+    ++calls_;
+    ec_ = ec;
+    hold_ = std::move(h);
+    thread_ = std::this_thread::get_id();
+    at_ = std::chrono::steady_clock::now();
     cv_.notify_all();
   }
   mutable std::mutex mu_;
@@ -79,11 +78,9 @@ class queue_executor {
   /// Returns: the executor to pass to an asynchronous acquire.
   zklock::executor get() {
     return [this](std::function<void()> f) {
-      {
-        std::lock_guard lk{mu_};
-        queue_.push_back(std::move(f));
-        ++posted_;
-      }
+      std::lock_guard lk{mu_};
+      queue_.push_back(std::move(f));
+      ++posted_;
       cv_.notify_all();
     };
   }
