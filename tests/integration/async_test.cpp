@@ -213,6 +213,15 @@ TYPED_TEST(AsyncDeadline, EveryKindTimesOutLeavingNothing) {
   EXPECT_EQ(zkt::children(rwp), held_rw);
   EXPECT_EQ(zkt::children(sp), held_sem);
   EXPECT_EQ(zkt::watches_below(base, cs), std::set<std::string>{});
+  // Without a deadline of its own, the timeout policy's bound applies.
+  completion bounded;
+  typename TypeParam::timed_mutex timed{cs, mp};
+  const auto start = std::chrono::steady_clock::now();
+  timed.async_lock(bounded.callback());
+  ASSERT_TRUE(bounded.wait());
+  expect_failed(bounded, zklock::errc::lock_timeout);
+  EXPECT_GE(bounded.at() - start, TypeParam::timed_bound) << "gave up before the policy's bound";
+  EXPECT_EQ(zkt::children(mp), held_m);
   holder_m.unlock();
   holder_rw.unlock();
   holder_sem.release();
@@ -263,12 +272,14 @@ TEST(AsyncAwait, ACoroutineHoldsEveryKind) {
 }
 
 // A writer co_awaited behind a blocking reader; errors arrive as std::system_error: the deadline's
-// lock_timeout, the stop token's cancelled (which matches std::errc::operation_canceled).
+// lock_timeout, the stop token's cancelled (which matches std::errc::operation_canceled), a closed
+// session's session_closed.
 TEST(AsyncAwait, ErrorsAreThrownAsSystemErrors) {
   const auto path = zkt::unique_path("async-await-errors");
   zklock::session hs{zkt::options()}, as{zkt::options()};
-  std::promise<outcome> granted, timed_out, cancelled;
+  std::promise<outcome> granted, timed_out, cancelled, after_close;
   auto f_granted = granted.get_future(), f_timed_out = timed_out.get_future(), f_cancelled = cancelled.get_future();
+  auto f_after_close = after_close.get_future();
   std::stop_source stop;
   zklock::shared_mutex holder{hs, path}, rw{as, path};
   holder.lock_shared();
@@ -297,6 +308,11 @@ TEST(AsyncAwait, ErrorsAreThrownAsSystemErrors) {
   EXPECT_EQ(stopped.ec, std::errc::operation_canceled);
   EXPECT_FALSE(stopped.hold.owns_lock());
   EXPECT_EQ(zkt::children(path), held);
+
+  as.close();  // the writer's hold is lost with it
+  await_into([&rw] { return rw.async_lock_shared(); }, after_close);
+  const auto refused = get(f_after_close);
+  EXPECT_EQ(refused.ec, std::error_code{zklock::errc::session_closed}) << refused.ec.message();
 }
 
 // A stop while pending, and a stop requested before the call: cancelled, for every kind, leaving
