@@ -11,6 +11,13 @@
 // passes (a callable taking the function to run: an asio strand's post, an event loop's queue), or
 // by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
 // nor the algorithm, so a slow continuation delays neither watches nor other acquires.
+//
+// Limits worth knowing. A session's asynchronous acquires take turns on its one algorithm thread:
+// their requests are sent one acquire at a time (each step waits for its round trip), and a step
+// that waits through a disconnection holds the others up until the connection is back, the session
+// is given up, or that step's deadline passes. Cancel a pending acquire with its stop token, never
+// by destroying the coroutine suspended in its co_await (the completion would resume a destroyed
+// frame); await an awaitable while its lock object lives.
 module;
 #include <chrono>
 #include <concepts>
