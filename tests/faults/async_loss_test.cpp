@@ -362,6 +362,8 @@ TEST(AsyncHold, EndingMovingAndOutlivingTheLockObject) {
 
   auto outliving = hold_of(*ma);
   ma.reset();
+  EXPECT_EQ(outliving.path(), a);
+  EXPECT_GT(outliving.fencing_token(), 0);
   EXPECT_TRUE(outliving.owns_lock());
   EXPECT_TRUE(outliving.still_owned());
   EXPECT_EQ(zkt::children(a).size(), 1u) << "destroying the lock object released a lock_hold's hold";
