@@ -19,7 +19,7 @@
 // proves too little, it lists again and moves its watches up; watching one contender more than
 // needed makes that happen while the contender just ahead still holds, so the listing is off the
 // critical path of the handoff. (A strategy that watches the children instead waits for any
-// change and lists again: wait_for_children.)
+// change and lists again.)
 //
 // Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
 // blocking lock() waits (see policies/, bundled by zklock:policies). The ZooKeeper work is done by
@@ -263,42 +263,25 @@ class attempt {
   bool node_gone_ = false;  // went with its session: nothing to delete
 };
 
-/// How a wait on the contenders ahead ended.
+/// What the deletions seen on the contenders ahead prove.
 enum class wait_outcome {
-  granted,   ///< the deletions seen prove we hold, and our node stands: the grant, with no listing
-  relist,    ///< they prove too little (or a watch fired for another reason): list again
-  timed_out  ///< the deadline passed, or a stop was requested
+  granted,  ///< we hold, and our node stands: the grant, with no listing
+  relist    ///< too little (or a watch fired for another reason): list again
 };
 
-/// The fast path: watches the `window` nearest counted contenders ahead of us (`targets`, of the
-/// `ahead` counted ones, `limit` of which may remain while we hold) and counts their deletions
-/// (zklock.logic:rules, tally), so that the deletion which proves us held is itself the grant, one
-/// round trip after the release. Returns: granted, relist when a deletion proves too little
-/// (contenders beyond the watched ones may have gone unseen), or timed_out. Throws: as
-/// attempt::watch_ahead.
+/// The fast path, one look after a wake-up (or before the first wait): counts the deletions among
+/// the watched contenders ahead (`seen`, zklock.logic:rules, tally), so that the deletion which
+/// proves us held is itself the grant, one round trip after the release. Readies the waiter for
+/// the next wait first. Returns: granted (the deletions prove we hold, and our node stands),
+/// relist (they prove too little: contenders beyond the watched ones may have gone unseen; or a
+/// watch fired for another reason, which sets `other`), or nullopt: wait for the next deletion.
 template <AlgorithmWakeup Wakeup>
-step<wait_outcome> grant_on_deletion(attempt<Wakeup>& at, std::vector<std::string> targets, std::size_t ahead,
-                                     std::size_t limit, std::size_t window, clock::time_point deadline) {
-  const auto gone = at.watch_ahead(targets, deadline);
-  if (!gone) co_return wait_outcome::timed_out;
-  targets = {};  // a waiting acquire keeps no more than its watches
-  tally seen{ahead, limit, window, *gone};
-  for (bool other = false;;) {
-    at.prepare_wait();
-    seen.gone += at.take_fired(other);
-    if (seen.proves_held()) co_return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
-    if (other || seen.must_relist()) co_return wait_outcome::relist;
-    if (!co_await at.wait(deadline)) co_return wait_outcome::timed_out;
-  }
-}
-
-/// The children strategy's wait: if the last listing armed a children watch, waits until it fires
-/// (any join or leave may be our turn). Returns: false if `deadline` passed first.
-template <AlgorithmWakeup Wakeup>
-step<bool> wait_for_children(attempt<Wakeup>& at, clock::time_point deadline) {
-  if (!at.children_armed()) co_return true;  // it fired already (or none was armed): look again
+std::optional<wait_outcome> grant_on_deletion(attempt<Wakeup>& at, tally& seen, bool& other) {
   at.prepare_wait();
-  co_return !at.children_armed() || co_await at.wait(deadline);
+  seen.gone += at.take_fired(other);
+  if (seen.proves_held()) return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
+  if (other || seen.must_relist()) return wait_outcome::relist;
+  return std::nullopt;
 }
 
 /// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
@@ -310,14 +293,20 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
                                       const wait_context& wc, acquire_counters* count) {
   const clock::time_point deadline = wc.deadline;
   if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
-  // the create and the listing, sent back to back (more requests on a first use or a lost reply)
-  auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
-                                count ? &count->requests : nullptr);
-  if (!queued) co_return std::nullopt;
-  attempt<Wakeup> at{s, std::move(queued->node), wc.stop, count};
+  // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
+  // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
+  std::optional<attempt<Wakeup>> attempted;
+  std::optional<std::vector<std::string>> listing;
+  {
+    // the create and the listing, sent back to back (more requests on a first use or a lost reply)
+    auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
+                                  count ? &count->requests : nullptr);
+    if (!queued) co_return std::nullopt;
+    attempted.emplace(s, std::move(queued->node), wc.stop, count);
+    listing = std::move(queued->listing);
+  }
+  attempt<Wakeup>& at = *attempted;
   const std::string_view self = std::string_view{at.node().path}.substr(lock_path.size() + 1);
-  std::optional<std::vector<std::string>> listing = std::move(queued->listing);
-  queued.reset();
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {
     at.sent();
     const auto sent = clock::now();
@@ -348,16 +337,25 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       for (std::size_t i = ahead - window; window != 0 && i < ahead; ++i)
         targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
     }
-    if (window == 0) {  // the lock node's children
-      if (!co_await wait_for_children(at, deadline)) co_return std::nullopt;
+    if (window == 0) {  // the lock node's children: any join or leave may be our turn
+      if (at.children_armed()) {  // else it fired already (or none was armed): look again now
+        at.prepare_wait();
+        if (at.children_armed() && !co_await at.wait(deadline)) co_return std::nullopt;
+      }
       list(at.arm_children(lock_path));
       continue;
     }
-    switch (co_await grant_on_deletion(at, std::move(targets), ahead, limit, window, deadline)) {
-      case wait_outcome::granted: co_return at.granted();
-      case wait_outcome::timed_out: co_return std::nullopt;
-      case wait_outcome::relist: list(nullptr); break;
-    }
+    // The fast path: watch the nearest counted contenders ahead, wait for their deletions.
+    const auto gone = at.watch_ahead(targets, deadline);
+    if (!gone) co_return std::nullopt;
+    targets = {};
+    tally seen{ahead, limit, window, *gone};
+    bool other = false;
+    std::optional<wait_outcome> outcome;
+    while (!(outcome = grant_on_deletion(at, seen, other)))
+      if (!co_await at.wait(deadline)) co_return std::nullopt;
+    if (*outcome == wait_outcome::granted) co_return at.granted();
+    list(nullptr);
   }
 }
 

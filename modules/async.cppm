@@ -35,12 +35,15 @@ module;
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 export module zklock:async;
 import :errors;
 import :session;
 import :detail;
 import :holds;
+import :algorithm;
+import :hooks;
 import :step;
 import :policies;
 import :timeout;
@@ -238,10 +241,25 @@ struct stop_relay {
   void operator()() const noexcept { s.request_stop(); }
 };
 
+/// Effects: hands the outcome of an asynchronous acquire of `path` (its error, or its hold `h`)
+/// to `done(std::error_code, lock_hold)`, run on `ex` (or the completion thread of `r`).
+template <Hooks H, class Done>
+void deliver(session& s, const std::string& path, std::error_code ec, std::optional<hold> h, async_runner& r,
+             const executor& ex, Done&& done) {
+  struct outcome {
+    std::error_code ec;
+    lock_hold held;
+    std::remove_cvref_t<Done> done;
+  };
+  auto out = std::make_shared<outcome>(
+      outcome{ec, h ? hold_maker::make<H>(s, std::move(*h), path) : lock_hold{}, std::forward<Done>(done)});
+  r.complete(ex, [out] { out->done(out->ec, std::move(out->held)); });
+}
+
 /// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
 /// outlives it), run on `r`'s algorithm thread: the algorithm with wake_resume, then the outcome
 /// handed to `done(std::error_code, lock_hold)` on `ex`. A pending acquire's state is this frame
-/// and those of the algorithm it awaits.
+/// and that of the algorithm it awaits.
 template <LockPolicies P, class Rule, class Done>
 detached run_async(session& s, const std::string& path, Rule rule, wait_context wc, std::shared_ptr<async_runner> r,
                    std::shared_ptr<pending_acquires> reg, std::uint64_t id, std::stop_source own, executor ex,
@@ -250,8 +268,10 @@ detached run_async(session& s, const std::string& path, Rule rule, wait_context 
   std::optional<hold> h;
   {
     const std::stop_callback<stop_relay> link{wc.stop, stop_relay{own}};
+    acquire_probe<P> probe;
     try {
-      h = co_await acquire_hold_with<P, wake_resume>(s, path, rule, wait_context{wc.deadline, own.get_token()});
+      h = probe.finish(path, co_await acquire_node<typename P::watch, wake_resume>(
+                                 s, path, rule, wait_context{wc.deadline, own.get_token()}, probe.counters()));
       if (!h)
         ec = make_error_code(reg->closing()              ? errc::session_closed
                              : wc.stop.stop_requested() ? errc::cancelled
@@ -264,14 +284,7 @@ detached run_async(session& s, const std::string& path, Rule rule, wait_context 
       ec = make_error_code(errc::system_error);
     }
   }
-  struct outcome {
-    std::error_code ec;
-    lock_hold held;
-    Done done;
-  };
-  auto out = std::make_shared<outcome>(
-      outcome{ec, h ? hold_maker::make<typename P::hooks>(s, std::move(*h), path) : lock_hold{}, std::move(done)});
-  r->complete(ex, [out] { out->done(out->ec, std::move(out->held)); });
+  deliver<typename P::hooks>(s, path, ec, std::move(h), *r, ex, std::move(done));
   reg->remove(id);
 }
 

@@ -6,7 +6,6 @@
 module;
 #include <chrono>
 #include <condition_variable>
-#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -27,7 +26,6 @@ import :errors;
 import :session;
 import :detail;
 import :algorithm;
-import :step;
 import :reentrancy;
 import :timeout;
 import :hooks;
@@ -65,27 +63,37 @@ void report_release(std::string_view path, clock::time_point granted) noexcept {
   if constexpr (H::enabled) H::on_release(release_stats{path, clock::now() - granted});
 }
 
-/// Runs the algorithm (acquire_node) with the watch of `P`, waiting with `Wakeup` (P's own wake-up
-/// for a blocking call, wake_resume for an asynchronous one), and reports the attempt to P's hooks.
-/// Returns: the hold, or nullopt on timeout or cancellation. Throws: as acquire_node (then no
-/// report).
-template <LockPolicies P, class Wakeup, class Rule>
-step<std::optional<hold>> acquire_hold_with(session& s, const std::string& path, const Rule& rule,
-                                            const wait_context& wc) {
+/// The hooks' view of one acquire of a lock with the policies `P`: counts it while it runs (when
+/// P's hooks are on) and reports it when it ends. Made just before the algorithm starts.
+template <LockPolicies P>
+class acquire_probe {
   using H = typename P::hooks;
-  acquire_counters counters;
-  const auto started = hook_now<H>();
-  auto g = co_await acquire_node<typename P::watch, Wakeup>(s, path, rule, wc, H::enabled ? &counters : nullptr);
-  const auto granted = hook_now<H>();
-  report_acquire<H>(path, granted - started, counters, g.has_value());
-  if (!g) co_return std::nullopt;
-  co_return hold{std::move(g->node), std::move(g->guard), granted};
-}
 
-/// As acquire_hold_with, blocking the calling thread with P's wake-up.
+ public:
+  /// Returns: where the algorithm counts the attempt (nullptr when P's hooks are off: free).
+  acquire_counters* counters() noexcept { return H::enabled ? &c_ : nullptr; }
+  /// Effects: reports the acquire to P's hooks (granted or not). Returns: the hold made of `g`,
+  /// stamped with its grant time (for hooks), or nullopt on timeout or cancellation.
+  std::optional<hold> finish(std::string_view path, std::optional<grant> g) noexcept {
+    const auto granted = hook_now<H>();
+    report_acquire<H>(path, granted - started_, c_, g.has_value());
+    if (!g) return std::nullopt;
+    return hold{std::move(g->node), std::move(g->guard), granted};
+  }
+
+ private:
+  acquire_counters c_;
+  clock::time_point started_ = hook_now<H>();
+};
+
+/// Runs the algorithm (acquire_node) with the watch and the wake-up of `P`, blocking the calling
+/// thread, and reports the attempt to P's hooks. Returns: the hold, or nullopt on timeout or
+/// cancellation. Throws: as acquire_node (then no report).
 template <LockPolicies P, class Rule>
 std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc) {
-  return acquire_hold_with<P, typename P::wakeup>(s, path, rule, wc).run();
+  acquire_probe<P> probe;
+  auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc, probe.counters()).run();
+  return probe.finish(path, std::move(g));
 }
 
 /// Effects: ends `h` without a report: its loss signal goes quiet (our own delete is no loss) and
