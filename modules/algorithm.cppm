@@ -22,8 +22,13 @@
 // change and lists again: wait_for_children.)
 //
 // Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
-// blocking lock() waits (see policies/, bundled by zklock:policies). The ZooKeeper work is done by a few non-template functions
-// (zklock:detail); these templates only decide.
+// blocking lock() waits (see policies/, bundled by zklock:policies). The ZooKeeper work is done by
+// a few non-template functions (zklock:detail); these templates only decide.
+//
+// Written once for both ways of waiting: the functions below are coroutines (zklock:step). With a
+// blocking wake-up model every `co_await` of a wait blocks the thread and the whole acquire runs
+// as a plain call (lock(), try_lock_for()...); with wake_resume a wait suspends the acquire, and a
+// watch, a deadline or a stop request resumes it on the session's runner (async_lock()...).
 //
 // Session loss. Our node is ephemeral: when the session expires the server deletes it and others
 // may acquire. A waiter whose session ends (an expiry, or a disconnection longer than the loss
@@ -37,7 +42,9 @@ module;
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <coroutine>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -54,6 +61,7 @@ import zklock.logic;
 import :watch;
 import :wakeup;
 import :timeout;
+import :step;
 
 // Outside any `export`: reachable by the lock templates wherever they are instantiated, never
 // visible to `import zklock;`.
@@ -73,17 +81,27 @@ struct grant {
   std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost; its node watch may be armed
 };
 
-/// One acquire attempt: its contender node, the watches it waits on and the waiter its thread
-/// blocks on. Unless granted, it undoes everything when it ends: its watches are removed and its
+/// One acquire attempt: its contender node, the watches it waits on and the waiter its wait
+/// blocks on (or, with wake_resume, suspends on). Unless granted, it undoes everything when it ends: its watches are removed and its
 /// node deleted (in the background if the connection is down). A stop request on its wait
 /// context's token wakes its waiter and ends every wait from then on.
-template <WakeupPolicy Wakeup>
+/// Returns: whether `W` is a wake-up model the algorithm can wait with: a blocking one (a
+/// WakeupPolicy, the bundle's wakeup axis) or the asynchronous wake_resume.
+template <class W>
+concept AlgorithmWakeup = WakeupPolicy<W> || ResumingWakeup<W>;
+
+template <AlgorithmWakeup Wakeup>
 class attempt {
  public:
   /// Effects: takes charge of the new contender node `n`, cancelled by `stop`; counts requests in
   /// `count`, if given.
   attempt(session& s, held_node n, std::stop_token stop, acquire_counters* count)
-      : s_(s), node_(std::move(n)), count_(count), stop_(std::move(stop)), on_stop_(stop_, waker{relay_}) {
+      : s_(s),
+        node_(std::move(n)),
+        count_(count),
+        waiter_(new_waiter<Wakeup>(s)),
+        stop_(std::move(stop)),
+        on_stop_(stop_, waker{relay_}) {
     relay_->point_at(waiter_);
   }
   /// Effects: unless granted, removes the attempt's watches and deletes its node. Never throws.
@@ -131,19 +149,19 @@ class attempt {
   /// Effects: readies the waiter for the next wait: a watch firing from now on wakes it.
   void prepare_wait() {
     if constexpr (Wakeup::fresh_per_wait) {
-      waiter_ = std::make_shared<typename Wakeup::waiter>();
+      waiter_ = new_waiter<Wakeup>(s_);
       relay_->point_at(waiter_);
     } else {
       waiter_->reset();
     }
   }
-  /// Effects: blocks until a watch fires (since prepare_wait), `deadline` passes or a stop is
+  /// Effects: waits until a watch fires (since prepare_wait), `deadline` passes or a stop is
   /// requested. Returns: whether a watch fired (false once a stop was requested).
-  bool wait(clock::time_point deadline) {
-    if (cancelled()) return false;
-    const bool woke = waiter_->wait_until(deadline) && !cancelled();
+  step<bool> wait(clock::time_point deadline) {
+    if (cancelled()) co_return false;
+    const bool woke = co_await wait_on<Wakeup>{*waiter_, deadline} && !cancelled();
     if (woke && count_) ++count_->wakeups;
-    return woke;
+    co_return woke;
   }
   /// Returns: whether a stop was requested on the attempt's token.
   bool cancelled() const noexcept { return stop_.stop_requested(); }
@@ -227,7 +245,7 @@ class attempt {
   held_node node_;
   acquire_counters* count_;
   std::shared_ptr<wake_relay> relay_ = std::make_shared<wake_relay>();
-  std::shared_ptr<typename Wakeup::waiter> waiter_ = std::make_shared<typename Wakeup::waiter>();
+  std::shared_ptr<typename Wakeup::waiter> waiter_;
   std::stop_token stop_;
   std::stop_callback<waker> on_stop_;  // after relay_ and stop_: it may run in its constructor
   std::vector<std::shared_ptr<watch_slot>> ahead_;  // armed watches on contenders ahead
@@ -244,53 +262,53 @@ enum class wait_outcome {
   timed_out  ///< the deadline passed, or a stop was requested
 };
 
-/// The fast path: watches the `window` nearest counted contenders ahead of us in `queue` (where we
-/// stand as `st`) and counts their deletions (zklock.logic:rules, tally), so that the deletion which
-/// proves us held is itself the grant, one round trip after the release. Returns: granted, relist
-/// when a deletion proves too little (contenders beyond the watched ones may have gone unseen), or
-/// timed_out. Throws: as attempt::watch_ahead.
-template <WakeupPolicy Wakeup>
-wait_outcome grant_on_deletion(attempt<Wakeup>& at, const std::string& lock_path, const std::vector<contender>& queue,
-                               const standing& st, std::size_t window, clock::time_point deadline) {
-  std::vector<std::string> targets;
-  for (std::size_t i = st.ahead.size() - window; i < st.ahead.size(); ++i)
-    targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
+/// The fast path: watches the `window` nearest counted contenders ahead of us (`targets`, of the
+/// `ahead` counted ones, `limit` of which may remain while we hold) and counts their deletions
+/// (zklock.logic:rules, tally), so that the deletion which proves us held is itself the grant, one
+/// round trip after the release. Returns: granted, relist when a deletion proves too little
+/// (contenders beyond the watched ones may have gone unseen), or timed_out. Throws: as
+/// attempt::watch_ahead.
+template <AlgorithmWakeup Wakeup>
+step<wait_outcome> grant_on_deletion(attempt<Wakeup>& at, std::vector<std::string> targets, std::size_t ahead,
+                                     std::size_t limit, std::size_t window, clock::time_point deadline) {
   const auto gone = at.watch_ahead(targets, deadline);
-  if (!gone) return wait_outcome::timed_out;
-  tally seen{st.ahead.size(), st.limit, window, *gone};
+  if (!gone) co_return wait_outcome::timed_out;
+  targets = {};  // a waiting acquire keeps no more than its watches
+  tally seen{ahead, limit, window, *gone};
   for (bool other = false;;) {
     at.prepare_wait();
     seen.gone += at.take_fired(other);
-    if (seen.proves_held()) return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
-    if (other || seen.must_relist()) return wait_outcome::relist;
-    if (!at.wait(deadline)) return wait_outcome::timed_out;
+    if (seen.proves_held()) co_return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
+    if (other || seen.must_relist()) co_return wait_outcome::relist;
+    if (!co_await at.wait(deadline)) co_return wait_outcome::timed_out;
   }
 }
 
 /// The children strategy's wait: if the last listing armed a children watch, waits until it fires
 /// (any join or leave may be our turn). Returns: false if `deadline` passed first.
-template <WakeupPolicy Wakeup>
-bool wait_for_children(attempt<Wakeup>& at, clock::time_point deadline) {
-  if (!at.children_armed()) return true;  // it fired already (or none was armed): look again
+template <AlgorithmWakeup Wakeup>
+step<bool> wait_for_children(attempt<Wakeup>& at, clock::time_point deadline) {
+  if (!at.children_armed()) co_return true;  // it fired already (or none was armed): look again
   at.prepare_wait();
-  return !at.children_armed() || at.wait(deadline);
+  co_return !at.children_armed() || co_await at.wait(deadline);
 }
 
 /// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
 /// it holds, or until the wait context `wc` ends (its deadline passes or its stop is requested).
 /// Returns: the grant, or nullopt on timeout or cancellation (nothing left behind).
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
-template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<grant> queue_once(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
-                                acquire_counters* count) {
+template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
+step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, const Rule& rule,
+                                      const wait_context& wc, acquire_counters* count) {
   const clock::time_point deadline = wc.deadline;
   // the create and the listing, sent back to back (more requests on a first use or a lost reply)
   auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
                                 count ? &count->requests : nullptr);
-  if (!queued) return std::nullopt;
+  if (!queued) co_return std::nullopt;
   attempt<Wakeup> at{s, std::move(queued->node), wc.stop, count};
   const std::string self = at.node().path.substr(lock_path.size() + 1);
   std::optional<std::vector<std::string>> listing = std::move(queued->listing);
+  queued.reset();
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {
     at.sent();
     const auto sent = clock::now();
@@ -300,29 +318,55 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
   if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
 
   for (bool first = true;; first = false) {
-    if (!listing) return std::nullopt;  // deadline
-    // Where do we stand? The rule reads the sorted queue.
-    const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
-    const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
-    if (mine == queue.end()) at.vanished();
-    const auto me = static_cast<std::size_t>(mine - queue.begin());
-    if (count && first) count->position = me;
-    const standing st = stand(rule, std::span<const contender>{queue}, me);
-    if (st.held()) return at.granted();
-    if (clock::now() >= deadline || at.cancelled()) return std::nullopt;
-
-    // Not yet: wait as the watch strategy says, then look again (or take the grant).
-    const std::size_t window = Watch::window(st.ahead.size(), st.limit, look_ahead(s));
+    if (!listing) co_return std::nullopt;  // deadline
+    // Where do we stand? The rule reads the sorted queue; only what the wait needs outlives it.
+    std::size_t window, ahead, limit;
+    std::vector<std::string> targets;
+    {
+      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
+      listing.reset();
+      const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
+      if (mine == queue.end()) at.vanished();
+      const auto me = static_cast<std::size_t>(mine - queue.begin());
+      if (count && first) count->position = me;
+      const standing st = stand(rule, std::span<const contender>{queue}, me);
+      if (st.held()) co_return at.granted();
+      if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
+      // Not yet: wait as the watch strategy says, then look again (or take the grant).
+      ahead = st.ahead.size();
+      limit = st.limit;
+      window = Watch::window(ahead, limit, look_ahead(s));
+      for (std::size_t i = ahead - window; window != 0 && i < ahead; ++i)
+        targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
+    }
     if (window == 0) {  // the lock node's children
-      if (!wait_for_children(at, deadline)) return std::nullopt;
+      if (!co_await wait_for_children(at, deadline)) co_return std::nullopt;
       list(at.arm_children(lock_path));
       continue;
     }
-    switch (grant_on_deletion(at, lock_path, queue, st, window, deadline)) {
-      case wait_outcome::granted: return at.granted();
-      case wait_outcome::timed_out: return std::nullopt;
+    switch (co_await grant_on_deletion(at, std::move(targets), ahead, limit, window, deadline)) {
+      case wait_outcome::granted: co_return at.granted();
+      case wait_outcome::timed_out: co_return std::nullopt;
       case wait_outcome::relist: list(nullptr); break;
     }
+  }
+}
+
+/// Effects: after the session's generation `generation` ended, waits until a later one is
+/// connected, `deadline` passes or a stop is requested on `stop`. Returns: true once one is
+/// connected; false at the deadline or on the stop. Throws: as next_session_ready.
+template <AlgorithmWakeup Wakeup>
+step<bool> next_session(session& s, std::uint64_t generation, clock::time_point deadline, std::stop_token stop) {
+  for (;;) {
+    const auto w = new_waiter<Wakeup>(s);
+    struct waker {
+      std::shared_ptr<typename Wakeup::waiter> w;
+      void operator()() const noexcept { w->wake(); }
+    };
+    const std::stop_callback<waker> on_stop{stop, waker{w}};
+    if (stop.stop_requested()) co_return false;
+    if (next_session_ready(s, generation, w)) co_return true;
+    if (!co_await wait_on<Wakeup>{*w, deadline} && clock::now() >= deadline) co_return false;
   }
 }
 
@@ -330,24 +374,27 @@ std::optional<grant> queue_once(session& s, const std::string& lock_path, const 
 /// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
 /// our place in the queue is lost). A grant is never queued for again: a lost hold is reported by
 /// its loss signal. Returns: the grant, or nullopt on timeout or cancellation (nothing left
-/// behind; a stop requested while the next session is awaited is seen once it connects or the
-/// deadline passes). Throws: std::system_error: session_expired if no next session is connected
-/// before the deadline or none will come (reestablish_after_expiry off; its re-establishment was
-/// refused for good); others as queue_once.
-template <WatchStrategy Watch, WakeupPolicy Wakeup, class Rule>
-std::optional<grant> acquire_node(session& s, const std::string& lock_path, const Rule& rule, const wait_context& wc,
-                                  acquire_counters* count = nullptr) {
+/// behind). Throws: std::system_error: session_expired if no next session is connected before the
+/// deadline or none will come (reestablish_after_expiry off; its re-establishment was refused for
+/// good); others as queue_once.
+template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
+step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
+                                        const wait_context& wc, acquire_counters* count = nullptr) {
   for (;;) {
     const std::uint64_t generation = s.generation();
+    std::exception_ptr expired;
     try {
-      return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count);
+      co_return co_await queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count);
     } catch (const std::system_error& e) {
       if (e.code() != make_error_code(errc::session_expired)) throw;
-      if (wc.stop.stop_requested()) return std::nullopt;  // nothing of ours is left: the session took it
-      if (!await_next_session(s, generation, wc.deadline)) throw;
-      if (wc.stop.stop_requested()) return std::nullopt;
-      if (count) ++count->requeues;
+      expired = std::current_exception();
     }
+    if (wc.stop.stop_requested()) co_return std::nullopt;  // nothing of ours is left: the session took it
+    if (!co_await next_session<Wakeup>(s, generation, wc.deadline, wc.stop)) {
+      if (wc.stop.stop_requested()) co_return std::nullopt;
+      std::rethrow_exception(expired);
+    }
+    if (count) ++count->requeues;
   }
 }
 

@@ -161,6 +161,11 @@ std::error_code release_node(session& s, const held_node& n) noexcept;
 /// reestablish_after_expiry is off, or re-establishing was refused for good (auth, chroot).
 bool await_next_session(session& s, std::uint64_t generation, clock::time_point deadline);
 
+/// Returns: true once a generation of `s` later than `generation` is connected; false if none is
+/// yet (then `w`, if given, is woken at the session's next change of state).
+/// Throws: as await_next_session (session_closed; session_expired if no next session will come).
+bool next_session_ready(session& s, std::uint64_t generation, const std::shared_ptr<wake_target>& w);
+
 /// Returns: a token that fires when the session generation `generation` loses its holds (expiry,
 /// a suspension longer than the loss tolerance, close); already fired if that generation is over.
 std::stop_token loss_token(const session& s, std::uint64_t generation);

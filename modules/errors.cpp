@@ -72,6 +72,7 @@ class category final : public std::error_category {
       case errc::lock_lost: return "lock lost: our contender node is gone";
       case errc::not_held: return "the lock is not held by the caller";
       case errc::lease_count_mismatch: return "semaphore opened with a lease count other than the stored one";
+      case errc::cancelled: return "asynchronous acquire cancelled by its stop token";
       default: break;
     }
     if (const char* m = zookeeper_message(v)) return std::string{m} + " (ZooKeeper " + std::to_string(v) + ")";
@@ -92,6 +93,7 @@ class category final : public std::error_category {
       case errc::auth_failed: return std::errc::permission_denied;
       case errc::no_node: return std::errc::no_such_file_or_directory;
       case errc::node_exists: return std::errc::file_exists;
+      case errc::cancelled: return std::errc::operation_canceled;
       default: return {v, *this};
     }
   }

@@ -51,13 +51,14 @@ enum class errc : int {
   lock_lost = 5,           ///< our contender node was deleted by someone else while we waited, or
                            ///< the caller locks again while its earlier hold is lost (unlock first)
   not_held = 6,            ///< the operation needs a hold (or lease) of the caller, and there is none
-  lease_count_mismatch = 7 ///< a semaphore was opened with another lease count than stored
+  lease_count_mismatch = 7, ///< a semaphore was opened with another lease count than stored
+  cancelled = 8            ///< an asynchronous acquire was cancelled by its stop token
 };
 
 /// Returns: the one "zklock" category object. Its codes match these std::errc conditions:
 /// timed_out (operation_timeout, connect_timeout, lock_timeout), not_connected (connection_loss),
 /// invalid_argument (bad_arguments), permission_denied (no_auth, auth_failed),
-/// no_such_file_or_directory (no_node), file_exists (node_exists); other codes none of std::errc.
+/// no_such_file_or_directory (no_node), file_exists (node_exists), operation_canceled (cancelled); other codes none of std::errc.
 const std::error_category& error_category() noexcept;
 
 /// Returns: {e, error_category()}; found by ADL so that std::error_code{errc::...} works.

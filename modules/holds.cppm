@@ -6,6 +6,7 @@
 module;
 #include <chrono>
 #include <condition_variable>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -26,6 +27,7 @@ import :errors;
 import :session;
 import :detail;
 import :algorithm;
+import :step;
 import :reentrancy;
 import :timeout;
 import :hooks;
@@ -63,20 +65,27 @@ void report_release(std::string_view path, clock::time_point granted) noexcept {
   if constexpr (H::enabled) H::on_release(release_stats{path, clock::now() - granted});
 }
 
-/// Runs the algorithm (acquire_node) with the watch and wake-up of `P` and reports the attempt to
-/// its hooks. Returns: the hold, or nullopt on timeout or cancellation. Throws: as acquire_node
-/// (then no report).
-template <LockPolicies P, class Rule>
-std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc) {
+/// Runs the algorithm (acquire_node) with the watch of `P`, waiting with `Wakeup` (P's own wake-up
+/// for a blocking call, wake_resume for an asynchronous one), and reports the attempt to P's hooks.
+/// Returns: the hold, or nullopt on timeout or cancellation. Throws: as acquire_node (then no
+/// report).
+template <LockPolicies P, class Wakeup, class Rule>
+step<std::optional<hold>> acquire_hold_with(session& s, const std::string& path, const Rule& rule,
+                                            const wait_context& wc) {
   using H = typename P::hooks;
   acquire_counters counters;
   const auto started = hook_now<H>();
-  auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc,
-                                                               H::enabled ? &counters : nullptr);
+  auto g = co_await acquire_node<typename P::watch, Wakeup>(s, path, rule, wc, H::enabled ? &counters : nullptr);
   const auto granted = hook_now<H>();
   report_acquire<H>(path, granted - started, counters, g.has_value());
-  if (!g) return std::nullopt;
-  return hold{std::move(g->node), std::move(g->guard), granted};
+  if (!g) co_return std::nullopt;
+  co_return hold{std::move(g->node), std::move(g->guard), granted};
+}
+
+/// As acquire_hold_with, blocking the calling thread with P's wake-up.
+template <LockPolicies P, class Rule>
+std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc) {
+  return acquire_hold_with<P, typename P::wakeup>(s, path, rule, wc).run();
 }
 
 /// Effects: ends `h` without a report: its loss signal goes quiet (our own delete is no loss) and

@@ -3,6 +3,8 @@
 module;
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -14,6 +16,7 @@ import zklock.logic;
 import :holds;
 import :policies;
 import :timeout;
+import :async;
 
 export namespace zklock {
 
@@ -28,9 +31,11 @@ class basic_mutex {
 
   /// Effects: names the lock node `path` (created on first use). Throws: std::invalid_argument for
   /// a bad path. The session must outlive the mutex.
-  basic_mutex(session& s, std::string path) : path_(detail::checked_path(std::move(path))), side_(s, path_) {}
+  basic_mutex(session& s, std::string path)
+      : path_(detail::checked_path(std::move(path))), side_(s, path_), async_(s, path_) {}
 
-  /// Effects: releases any hold left (never throws).
+  /// Effects: completes the asynchronous acquires still pending (errc::session_closed) and releases
+  /// any hold left, except those of lock_holds (never throws).
   ~basic_mutex() = default;
   basic_mutex(const basic_mutex&) = delete;
   basic_mutex& operator=(const basic_mutex&) = delete;
@@ -101,12 +106,38 @@ class basic_mutex {
   /// Returns: whether the caller holds the lock and no loss has been signalled.
   bool still_owned() const noexcept { return side_.still_owned(); }
 
+
+  /// Effects: starts an asynchronous acquire of the lock and returns at once (never blocks): `cb`
+  /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
+  /// the hold, or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the
+  /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
+  /// errc::session_closed if the session is closed or this object destroyed first, session and
+  /// server failures as the blocking call. On failure nothing is left on the server. The hold is
+  /// the lock_hold's, not a thread's (the reentrancy policy does not apply).
+  /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
+  template <AcquireCallback Callback>
+  void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
+    async_.start(detail::exclusive_rule{}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+  }
+  /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
+  template <AcquireCallback Callback>
+  void async_lock(Callback cb) {
+    async_lock(wait_context{}, std::move(cb));
+  }
+  /// Returns: an awaitable of the same acquire, started when awaited (await it while this object
+  /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
+  /// session's completion thread). Its co_await throws std::system_error with the codes above.
+  [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
+    return async_.awaitable(detail::exclusive_rule{}, wc, std::move(ex));
+  }
+
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
 
  private:
   std::string path_;
   detail::lock_side<P> side_;
+  detail::async_side<P> async_;  // last: destroyed first
 };
 
 }  // namespace zklock

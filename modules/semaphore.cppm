@@ -4,6 +4,7 @@ module;
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -20,6 +21,7 @@ import zklock.logic;
 import :holds;
 import :policies;
 import :timeout;
+import :async;
 
 export namespace zklock {
 
@@ -37,7 +39,7 @@ class basic_counting_semaphore {
   /// Throws: std::invalid_argument for a bad path or leases outside 1..1,000,000; std::system_error
   /// (errc::lease_count_mismatch) if the node stores another count; session failures.
   basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases)
-      : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)) {
+      : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)), async_(s, path_) {
     detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_));
   }
   /// Effects: returns every lease still held (never throws).
@@ -134,6 +136,31 @@ class basic_counting_semaphore {
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
+  /// Effects: starts an asynchronous acquire of one lease and returns at once (never blocks): `cb`
+  /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
+  /// the lease (a lock_hold: it is not
+  /// one of this object's leases, and release() never returns it), or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the
+  /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
+  /// errc::session_closed if the session is closed or this object destroyed first, session and
+  /// server failures as the blocking call. On failure nothing is left on the server. The hold is
+  /// the lock_hold's, not a thread's (the reentrancy policy does not apply).
+  /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
+  template <AcquireCallback Callback>
+  void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
+    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+  }
+  /// Effects: as async_acquire(wait_context{}, cb): no deadline but the timeout policy's.
+  template <AcquireCallback Callback>
+  void async_acquire(Callback cb) {
+    async_acquire(wait_context{}, std::move(cb));
+  }
+  /// Returns: an awaitable of the same acquire, started when awaited (await it while this object
+  /// lives): `lock_hold h = co_await x.async_acquire(wc);` resumes the coroutine on `ex` (default: the
+  /// session's completion thread). Its co_await throws std::system_error with the codes above.
+  [[nodiscard]] hold_awaitable async_acquire(const wait_context& wc = {}, executor ex = {}) {
+    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex));
+  }
+
  private:
   static std::ptrdiff_t checked_leases(std::ptrdiff_t n) {
     if (n < 1 || n > 1'000'000) throw std::invalid_argument("zklock: a semaphore needs 1..1000000 leases");
@@ -162,6 +189,7 @@ class basic_counting_semaphore {
   std::ptrdiff_t leases_;
   mutable std::mutex mu_;
   std::vector<detail::hold> held_;  // the leases, in grant order
+  detail::async_side<P> async_;     // last: destroyed first
 };
 
 }  // namespace zklock

@@ -3,6 +3,8 @@
 module;
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -14,6 +16,7 @@ import zklock.logic;
 import :holds;
 import :policies;
 import :timeout;
+import :async;
 
 export namespace zklock {
 
@@ -31,7 +34,7 @@ class basic_shared_mutex {
 
   /// Effects, Throws: as basic_mutex's constructor.
   basic_shared_mutex(session& s, std::string path)
-      : path_(detail::checked_path(std::move(path))), write_(s, path_), read_(s, path_) {}
+      : path_(detail::checked_path(std::move(path))), write_(s, path_), read_(s, path_), async_(s, path_) {}
   basic_shared_mutex(const basic_shared_mutex&) = delete;
   basic_shared_mutex& operator=(const basic_shared_mutex&) = delete;
 
@@ -129,6 +132,55 @@ class basic_shared_mutex {
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
 
+  /// Effects: starts an asynchronous acquire of the write side and returns at once (never blocks): `cb`
+  /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
+  /// the write hold, or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the
+  /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
+  /// errc::session_closed if the session is closed or this object destroyed first, session and
+  /// server failures as the blocking call. On failure nothing is left on the server. The hold is
+  /// the lock_hold's, not a thread's (the reentrancy policy does not apply).
+  /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
+  template <AcquireCallback Callback>
+  void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
+    async_.start(detail::write_rule{}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+  }
+  /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
+  template <AcquireCallback Callback>
+  void async_lock(Callback cb) {
+    async_lock(wait_context{}, std::move(cb));
+  }
+  /// Returns: an awaitable of the same acquire, started when awaited (await it while this object
+  /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
+  /// session's completion thread). Its co_await throws std::system_error with the codes above.
+  [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
+    return async_.awaitable(detail::write_rule{}, wc, std::move(ex));
+  }
+
+  /// Effects: starts an asynchronous acquire of the read side and returns at once (never blocks): `cb`
+  /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
+  /// the read hold, or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the
+  /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
+  /// errc::session_closed if the session is closed or this object destroyed first, session and
+  /// server failures as the blocking call. On failure nothing is left on the server. The hold is
+  /// the lock_hold's, not a thread's (the reentrancy policy does not apply). Unlike lock_shared(), it never
+  /// shares a write hold of the caller: it queues like any reader.
+  /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
+  template <AcquireCallback Callback>
+  void async_lock_shared(const wait_context& wc, Callback cb, executor ex = {}) {
+    async_.start(detail::read_rule{}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+  }
+  /// Effects: as async_lock_shared(wait_context{}, cb): no deadline but the timeout policy's.
+  template <AcquireCallback Callback>
+  void async_lock_shared(Callback cb) {
+    async_lock_shared(wait_context{}, std::move(cb));
+  }
+  /// Returns: an awaitable of the same acquire, started when awaited (await it while this object
+  /// lives): `lock_hold h = co_await x.async_lock_shared(wc);` resumes the coroutine on `ex` (default: the
+  /// session's completion thread). Its co_await throws std::system_error with the codes above.
+  [[nodiscard]] hold_awaitable async_lock_shared(const wait_context& wc = {}, executor ex = {}) {
+    return async_.awaitable(detail::read_rule{}, wc, std::move(ex));
+  }
+
  private:
   bool try_lock_until_impl(const wait_context& wc) {
     if (read_.held())
@@ -144,6 +196,7 @@ class basic_shared_mutex {
   std::string path_;
   detail::lock_side<P> write_;
   detail::lock_side<P> read_;
+  detail::async_side<P> async_;  // last: destroyed first
 };
 
 }  // namespace zklock

@@ -10,6 +10,7 @@ export import :reentrancy;    // policy: none, per thread, counted owner
 export import :timeout;       // policy: how long a blocking lock() waits
 export import :hooks;         // policy: observability (wait, hold, queue position, wake-ups, requests)
 export import :policies;      // default_policies and LockPolicies: one bundle, one line per changed axis
+export import :async;         // waiting without a thread: lock_hold, executor, co_await-able acquires
 export import :mutex;         // basic_mutex<Policies>: a fair TimedLockable mutex
 export import :shared_mutex;  // basic_shared_mutex<Policies>: a fair read/write lock
 export import :semaphore;     // basic_counting_semaphore<Policies>: a fair counting semaphore
@@ -21,6 +22,7 @@ export import :inspect;       // contenders(): who holds a lock node and who wai
 // be exported by this unit, so they are listed here).
 export import :algorithm;     // the one algorithm (essay on top): queue, wait, grant on deletion
 export import :holds;         // the holds a lock object keeps: loss token, still owned, release, hooks
+export import :step;          // the algorithm's coroutine type; the runner that resumes async acquires
 export import :detail;        // the ZooKeeper operations the algorithm needs, watch slots, hold guard
 // The pure logic (path and connect-string checks, contender names and order, the mode rules, ACL
 // judgement): a module of its own, imported here but not re-exported; the unit tests import it.

@@ -55,6 +55,7 @@ namespace detail {
 // ---- state and listeners -------------------------------------------------------------------------
 
 session_impl::~session_impl() {
+  if (runner) runner->stop();
   // close() called from a listener cannot join the worker it runs on: join it here.
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   if (reaper.joinable()) reaper.join();
@@ -91,6 +92,7 @@ void session_impl::post(session_state s) {
   st = s;
   events.push_back(s);
   cv.notify_all();
+  wake_state_waiters();
 }
 
 bool session_impl::wait_connected(clock::time_point deadline, std::uint64_t want_gen) {
@@ -126,6 +128,17 @@ void session_impl::shutdown() noexcept {
     lost = loss;
   }
   lost.request_stop();  // a closed session holds nothing
+  {
+    std::lock_guard lk{mu};
+    wake_state_waiters();
+  }
+  // Asynchronous acquires still pending complete now (session_closed), before close() returns.
+  std::shared_ptr<async_runner> r;
+  {
+    std::lock_guard lk{runner_mu};
+    r = runner;
+  }
+  if (r) r->drain();
   // From a listener (on the worker), the worker ends by itself once the listener returns; the
   // destructor joins it.
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
@@ -308,6 +321,19 @@ bool await_next_session(session& sess, std::uint64_t generation, clock::time_poi
   if (!s.opts.reestablish_after_expiry)
     throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
   throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
+}
+
+bool next_session_ready(session& sess, std::uint64_t generation, const std::shared_ptr<wake_target>& w) {
+  session_impl& s = sess.impl();
+  std::lock_guard lk{s.mu};
+  if (s.closed) throw_error(errc::session_closed, "zklock");
+  if (s.gen > generation && s.st == session_state::connected) return true;
+  if (!s.opts.reestablish_after_expiry)
+    throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
+  if (s.reopen_refused && s.st == session_state::expired)
+    throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
+  if (w) s.state_waiters.push_back(w);
+  return false;
 }
 
 std::stop_token loss_token(const session& sess, std::uint64_t generation) {

@@ -12,11 +12,14 @@
 //   contenders.cpp      contender creation (pipelined, protected), ACLs, containers
 //   nodes.cpp           semaphore node, read_node, create_ephemeral
 //   client_log.cpp      the C client's log routing
+//   runner.cpp          the runner of asynchronous acquires (zklock:step), started on first use
 module;
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <coroutine>
 #include <cstdint>
+#include <functional>
 #include <deque>
 #include <map>
 #include <memory>
@@ -33,6 +36,7 @@ module zklock:session_impl;
 import :errors;
 import :session;
 import :detail;
+import :step;
 
 namespace zklock::detail {
 
@@ -108,6 +112,22 @@ struct session_impl {
   std::atomic<std::thread::id> dispatcher{};
 
   std::thread worker;
+
+  // The asynchronous acquires' runner (runner.cpp): made by the first one, drained by close(),
+  // stopped by the destructor.
+  std::mutex runner_mu;
+  std::shared_ptr<async_runner> runner;
+
+  // Waits of asynchronous acquires for the session's next generation (guarded by mu): woken, and
+  // forgotten, at the next change of state (post), of re-establishment or at close.
+  std::vector<std::weak_ptr<wake_target>> state_waiters;
+
+  /// Effects: wakes and forgets the state waiters (mu held). Never throws.
+  void wake_state_waiters() noexcept {
+    for (auto& w : state_waiters)
+      if (auto t = w.lock()) t->wake();
+    state_waiters.clear();
+  }
 
   // Sessions given up locally (a suspension longer than the loss tolerance) whose handle was
   // closed while no server could hear it: the server keeps them, and their ephemeral nodes, until

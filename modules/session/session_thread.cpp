@@ -122,6 +122,7 @@ void session_impl::run_worker() {
         reopen_refused = for_good;
         reopen_due = opts.reestablish_after_expiry && !closed && !for_good;
         cv.notify_all();
+        wake_state_waiters();
       } catch (...) {  // allocation failure: try again
         std::lock_guard l2{mu};
         reopen_due = opts.reestablish_after_expiry && !closed;

@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:async — waiting without a thread: the asynchronous acquires of every lock type.
+//
+// m.async_lock(), sm.async_lock_shared(), sem.async_acquire() and the rest run the one algorithm
+// (zklock:algorithm) with the wake_resume model (zklock:step): while it waits, an acquire is a
+// suspended coroutine frame, not a blocked thread. Two shapes, the same acquire:
+//   - a completion callback, started at once: cb(std::error_code, lock_hold) runs exactly once;
+//   - an awaitable, started when awaited: `zklock::lock_hold h = co_await m.async_lock(wc);`
+//     (any coroutine type; errors are thrown as std::system_error).
+// Where the completion (or the awaiting coroutine) runs is the caller's choice: on the executor it
+// passes (a callable taking the function to run: an asio strand's post, an event loop's queue), or
+// by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
+// nor the algorithm, so a slow continuation delays neither watches nor other acquires.
+module;
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <condition_variable>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+export module zklock:async;
+import :errors;
+import :session;
+import :detail;
+import :holds;
+import :step;
+import :policies;
+import :timeout;
+
+namespace zklock::detail {
+struct hold_maker;
+}
+
+export namespace zklock {
+
+/// Runs a completion: a callable taking the function to run (e.g. one that posts it to an asio
+/// strand or an event loop's queue). It may run it later on any thread, or at once; run inline, a
+/// completion runs on the session's algorithm thread and must neither block nor destroy the lock
+/// or the session. An empty executor (the default) means the session's completion thread.
+using executor = std::function<void(std::function<void()>)>;
+
+/// A hold granted by an asynchronous acquire: of a mutex, of either side of a shared mutex, or one
+/// lease of a semaphore. Owns it the way std::unique_lock owns a lock: releases it when destroyed.
+/// Belongs to no thread and not to the lock object (it may outlive it); the session must outlive it.
+class lock_hold {
+ public:
+  /// Effects: an empty hold (owns nothing).
+  lock_hold() noexcept = default;
+  /// Effects: takes over `o`'s hold; `o` is left empty.
+  lock_hold(lock_hold&& o) noexcept
+      : s_(std::exchange(o.s_, nullptr)), h_(std::move(o.h_)), path_(std::move(o.path_)), report_(o.report_) {}
+  /// Effects: releases the hold owned, then takes over `o`'s. Returns: *this.
+  lock_hold& operator=(lock_hold&& o) noexcept {
+    if (this != &o) {
+      unlock();
+      s_ = std::exchange(o.s_, nullptr);
+      h_ = std::move(o.h_);
+      path_ = std::move(o.path_);
+      report_ = o.report_;
+    }
+    return *this;
+  }
+  lock_hold(const lock_hold&) = delete;
+  lock_hold& operator=(const lock_hold&) = delete;
+  /// Effects: unlock().
+  ~lock_hold() { unlock(); }
+
+  /// Effects: releases the hold (its node is deleted, in the background if the connection is
+  /// down); the hold is empty afterwards. Does nothing if it is empty. Never throws.
+  void unlock() noexcept {
+    std::error_code ec;
+    unlock(ec);
+  }
+  /// Effects: as unlock(); `ec` is errc::not_held if the hold was empty, else the server's refusal
+  /// of the delete if it refused (errc::no_auth), or cleared. Never throws.
+  void unlock(std::error_code& ec) noexcept {
+    if (!s_) {
+      ec = make_error_code(errc::not_held);
+      return;
+    }
+    session* s = std::exchange(s_, nullptr);
+    h_.guard->release();
+    ec = detail::release_node(*s, h_.node);
+    if (report_) report_(path_, h_.granted);
+    h_ = {};
+    path_.clear();
+  }
+  /// Returns: whether it owns a hold.
+  bool owns_lock() const noexcept { return s_ != nullptr; }
+  /// Returns: owns_lock().
+  explicit operator bool() const noexcept { return owns_lock(); }
+  /// Returns: the hold's fencing token (its node's creation zxid; larger than every earlier
+  /// holder's). Throws: std::system_error(errc::not_held) if empty.
+  std::int64_t fencing_token() const {
+    held("fencing_token()");
+    return h_.node.czxid;
+  }
+  /// Returns: a token that fires when the hold can no longer be guaranteed (as
+  /// basic_mutex::lost_token; the first call arms a watch on its node). Throws:
+  /// std::system_error(errc::not_held) if empty.
+  std::stop_token lost_token() const {
+    held("lost_token()");
+    return detail::lost_token_of(*s_, h_);
+  }
+  /// Returns: whether it owns a hold and no loss of it was signalled.
+  bool still_owned() const noexcept { return s_ && detail::still_owned_of(*s_, h_); }
+  /// Returns: the path of the lock (or semaphore) node held; empty if the hold is empty.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  friend struct detail::hold_maker;
+  using reporter = void (*)(std::string_view, std::chrono::steady_clock::time_point) noexcept;
+  lock_hold(session& s, detail::hold h, std::string path, reporter r) noexcept
+      : s_(&s), h_(std::move(h)), path_(std::move(path)), report_(r) {}
+  void held(const char* fn) const {
+    if (!s_) throw_error(errc::not_held, std::string{"zklock: "} + fn + " on an empty lock_hold");
+  }
+  session* s_ = nullptr;
+  detail::hold h_;
+  std::string path_;
+  reporter report_ = nullptr;
+};
+
+/// What co_await on an asynchronous acquire waits for: started when awaited, it resumes the
+/// awaiting coroutine (on the executor given, or on the session's completion thread) with the
+/// hold. Await it once.
+class hold_awaitable {
+ public:
+  /// The acquire to start: it calls its argument once, with the outcome.
+  using starter = std::function<void(std::function<void(std::error_code, lock_hold)>)>;
+  /// Effects: an awaitable that runs `start` when awaited.
+  explicit hold_awaitable(starter start) : start_(std::move(start)) {}
+
+  /// Returns: false (the acquire always runs first).
+  bool await_ready() const noexcept { return false; }
+  /// Effects: starts the acquire; its completion resumes `h`. Throws: what starting throws (then
+  /// `h` is not suspended).
+  void await_suspend(std::coroutine_handle<> h) {
+    // The completion may resume `h`, and so destroy *this, before start returns: run a local copy.
+    const starter start = std::move(start_);
+    start([this, h](std::error_code ec, lock_hold held) {
+      ec_ = ec;
+      hold_ = std::move(held);
+      h.resume();
+    });
+  }
+  /// Returns: the hold. Throws: std::system_error with the acquire's error (errc::lock_timeout,
+  /// errc::cancelled, errc::session_closed, errc::session_expired, ...).
+  lock_hold await_resume() {
+    if (ec_) throw std::system_error(ec_, "zklock: asynchronous acquire");
+    return std::move(hold_);
+  }
+
+ private:
+  starter start_;
+  std::error_code ec_;
+  lock_hold hold_;
+};
+
+}  // namespace zklock
+
+// Outside any `export`: reachable by the lock templates wherever they are instantiated, never
+// visible to `import zklock;`.
+namespace zklock::detail {
+
+/// Makes lock_holds (its constructor is private).
+struct hold_maker {
+  template <class H>
+  static lock_hold make(session& s, hold h, std::string path) noexcept {
+    return lock_hold{s, std::move(h), std::move(path), &report_release<H>};
+  }
+};
+
+/// The asynchronous acquires of one lock object that have not handed their completion over yet:
+/// the object's destructor stops them and waits for them. Thread-safe.
+class pending_acquires {
+ public:
+  /// Effects: registers an acquire. Returns: its id and its stop source.
+  std::pair<std::uint64_t, std::stop_source> add() {
+    std::lock_guard lk{mu_};
+    const auto id = next_++;
+    return {id, live_.emplace(id, std::stop_source{}).first->second};
+  }
+  /// Effects: the acquire `id` handed its completion over. Never throws.
+  void remove(std::uint64_t id) noexcept {
+    std::lock_guard lk{mu_};
+    live_.erase(id);
+    cv_.notify_all();
+  }
+  /// Returns: whether the lock object is being destroyed.
+  bool closing() const noexcept {
+    std::lock_guard lk{mu_};
+    return closing_;
+  }
+  /// Effects: stops every registered acquire and waits until each has handed its completion over
+  /// (not from `r`'s algorithm thread: there nothing can be waited for), then until the completion
+  /// thread ran those it got. Never throws.
+  void close(async_runner* r) noexcept {
+    std::unique_lock lk{mu_};
+    closing_ = true;
+    for (auto& [id, stop] : live_) stop.request_stop();
+    if (!r || live_.empty()) return;
+    if (r->on_runner_thread() && !r->on_completion_thread()) return;
+    cv_.wait(lk, [&] { return live_.empty(); });
+    lk.unlock();
+    r->flush_completions();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, std::stop_source> live_;
+  std::uint64_t next_ = 1;
+  bool closing_ = false;
+};
+
+/// Asks `s` to stop when `stop` is requested.
+struct stop_relay {
+  std::stop_source s;
+  void operator()() const noexcept { s.request_stop(); }
+};
+
+/// One asynchronous acquire with the policies `P` and `rule` on `path`, run on `r`'s algorithm
+/// thread: the algorithm with wake_resume, then the outcome handed to `done` on `ex`.
+template <LockPolicies P, class Rule>
+detached run_async(session& s, std::string path, Rule rule, wait_context wc, std::shared_ptr<async_runner> r,
+                   std::shared_ptr<pending_acquires> reg, std::uint64_t id, std::stop_source own, executor ex,
+                   std::function<void(std::error_code, lock_hold)> done) {
+  std::error_code ec;
+  std::optional<hold> h;
+  {
+    const std::stop_callback<stop_relay> link{wc.stop, stop_relay{own}};
+    try {
+      h = co_await acquire_hold_with<P, wake_resume>(s, path, rule, wait_context{wc.deadline, own.get_token()});
+      if (!h)
+        ec = make_error_code(reg->closing()              ? errc::session_closed
+                             : wc.stop.stop_requested() ? errc::cancelled
+                                                        : errc::lock_timeout);
+    } catch (const std::system_error& e) {
+      ec = e.code();
+    } catch (const std::bad_alloc&) {
+      ec = std::make_error_code(std::errc::not_enough_memory);
+    } catch (...) {
+      ec = make_error_code(errc::system_error);
+    }
+  }
+  struct outcome {
+    std::error_code ec;
+    lock_hold held;
+  };
+  auto out = std::make_shared<outcome>(outcome{ec, h ? hold_maker::make<typename P::hooks>(s, std::move(*h), path)
+                                                     : lock_hold{}});
+  r->complete(ex, [out, done = std::move(done)] { done(out->ec, std::move(out->held)); });
+  reg->remove(id);
+}
+
+/// The asynchronous side of a lock object: starts its acquires and, when the object goes, stops
+/// and awaits those still pending.
+template <LockPolicies P>
+class async_side {
+ public:
+  /// Effects: the asynchronous side of the lock node `path` (which must outlive it) on `s`.
+  async_side(session& s, const std::string& path) : s_(s), path_(path) {}
+  /// Effects: stops every pending acquire and waits until each has completed (session_closed).
+  ~async_side() { pending_->close(runner_if_any(s_).get()); }
+  async_side(const async_side&) = delete;
+  async_side& operator=(const async_side&) = delete;
+
+  /// Effects: starts an acquire with `rule` within `wc` (and the timeout policy's bound); `done`
+  /// runs once on `ex` (default: the completion thread) with the outcome. Never blocks.
+  /// Throws: std::system_error if the runner's threads cannot be started; std::bad_alloc.
+  template <class Rule>
+  void start(const Rule& rule, const wait_context& wc, executor ex,
+             std::function<void(std::error_code, lock_hold)> done) {
+    auto r = runner_of(s_);
+    const wait_context bounded{std::min(wc.deadline, P::timeout::lock_deadline(clock::now())), wc.stop};
+    auto [id, own] = pending_->add();
+    r->begin_acquire();
+    try {
+      const auto task =
+          run_async<P>(s_, path_, rule, bounded, r, pending_, id, own, std::move(ex), std::move(done)).handle;
+      try {
+        r->post(std::coroutine_handle<>{task});
+      } catch (...) {
+        task.destroy();
+        throw;
+      }
+    } catch (...) {
+      r->end_acquire();
+      pending_->remove(id);
+      throw;
+    }
+  }
+
+  /// Returns: an awaitable of an acquire with `rule` within `wc`, resumed on `ex`.
+  template <class Rule>
+  hold_awaitable awaitable(const Rule& rule, const wait_context& wc, executor ex) {
+    return hold_awaitable{[this, rule, wc, ex = std::move(ex)](std::function<void(std::error_code, lock_hold)> done) {
+      start(rule, wc, ex, std::move(done));
+    }};
+  }
+
+ private:
+  session& s_;
+  const std::string& path_;
+  std::shared_ptr<pending_acquires> pending_ = std::make_shared<pending_acquires>();
+};
+
+/// Returns: `cb` as a copyable completion (a std::function needs one; callbacks may be move-only).
+template <class Callback>
+std::function<void(std::error_code, lock_hold)> erase_callback(Callback cb) {
+  return [p = std::make_shared<Callback>(std::move(cb))](std::error_code ec, lock_hold h) { (*p)(ec, std::move(h)); };
+}
+
+}  // namespace zklock::detail
+
+export namespace zklock {
+
+/// A completion callback of an asynchronous acquire: called once with the outcome and, on success,
+/// the hold.
+template <class C>
+concept AcquireCallback = std::move_constructible<C> && std::invocable<C&, std::error_code, lock_hold>;
+
+}  // namespace zklock

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+// zklock:step — how the one algorithm waits without owning the thread it runs on.
+//
+// The algorithm (zklock:algorithm) is written once, as C++20 coroutines of the type step<T>. Its
+// ZooKeeper requests are ordinary calls; its waits for a watch are `co_await`s. What a wait does
+// depends on the wake-up model the algorithm is instantiated with:
+//   - a blocking model (wake_condition_variable, wake_latch: the bundle's wakeup axis) blocks the
+//     calling thread inside the co_await, so the coroutine never suspends: lock() runs the whole
+//     algorithm on its own thread, as a plain call (step::run);
+//   - wake_resume suspends the coroutine instead: the watch, the deadline or a stop request
+//     resumes it on the session's runner thread. That is how the asynchronous acquires
+//     (zklock:async) wait: a thousand waiting acquires are a thousand suspended coroutine frames,
+//     not a thousand threads.
+// The runner of a session has two threads, started by its first asynchronous acquire: the
+// algorithm thread (runs every asynchronous acquire's steps and its requests, one at a time, and
+// its timers) and the completion thread (runs completions that have no executor of their own).
+// Neither is ever ZooKeeper's event or I/O thread: a watch only posts the coroutine to resume.
+module;
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+export module zklock:step;
+import :session;
+import :wakeup;
+
+// Outside any `export`: reachable by the lock templates wherever they are instantiated, never
+// visible to `import zklock;`.
+namespace zklock::detail {
+
+/// A lazily started coroutine of the algorithm returning T: awaited by its caller (which it resumes
+/// when done, by symmetric transfer), or run to its end on the calling thread (step::run).
+template <class T>
+class [[nodiscard]] step {
+ public:
+  struct promise_type {
+    std::optional<T> value;
+    std::exception_ptr error;
+    std::coroutine_handle<> continuation;
+
+    step get_return_object() noexcept { return step{std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    struct final_awaiter {
+      bool await_ready() noexcept { return false; }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+        const auto c = h.promise().continuation;
+        return c ? c : std::noop_coroutine();
+      }
+      void await_resume() noexcept {}
+    };
+    final_awaiter final_suspend() noexcept { return {}; }
+    template <class U>
+    void return_value(U&& v) {
+      value.emplace(std::forward<U>(v));
+    }
+    void unhandled_exception() noexcept { error = std::current_exception(); }
+  };
+
+  step(step&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  step& operator=(step&&) = delete;
+  /// Effects: destroys the coroutine's frame (and so everything it still owns).
+  ~step() {
+    if (h_) h_.destroy();
+  }
+
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
+    h_.promise().continuation = caller;
+    return h_;
+  }
+  /// Returns: the coroutine's result. Throws: what the coroutine threw.
+  T await_resume() {
+    if (h_.promise().error) std::rethrow_exception(h_.promise().error);
+    return std::move(*h_.promise().value);
+  }
+
+  /// Effects: runs the coroutine to its end on this thread (it must never suspend: every wait of a
+  /// blocking wake-up model blocks instead). Returns, Throws: as await_resume.
+  T run() {
+    h_.resume();
+    if (!h_.done()) std::terminate();  // a blocking model suspended: a bug, not a condition
+    return await_resume();
+  }
+
+ private:
+  explicit step(std::coroutine_handle<promise_type> h) noexcept : h_(h) {}
+  std::coroutine_handle<promise_type> h_;
+};
+
+/// A coroutine nobody awaits: started by posting its handle; its frame frees itself at the end.
+/// Its body must catch everything (an escaping exception terminates).
+struct detached {
+  struct promise_type {
+    detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+class resume_waiter;
+
+/// The threads that run a session's asynchronous acquires (see the banner). Thread-safe.
+class async_runner {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// Effects: starts the algorithm and completion threads.
+  async_runner();
+  /// Effects: stop(). Never throws.
+  ~async_runner();
+  async_runner(const async_runner&) = delete;
+  async_runner& operator=(const async_runner&) = delete;
+
+  /// Effects: resumes `h` (or runs `f`) on the algorithm thread, after what was posted before.
+  void post(std::coroutine_handle<> h);
+  void post(std::function<void()> f);
+  /// Effects: runs `f` on `ex` if given, else on the completion thread; then counts one acquire
+  /// finished (begin_acquire). Never throws once `f` is handed over.
+  void complete(const std::function<void(std::function<void()>)>& ex, std::function<void()> f);
+
+  /// Effects: counts an acquire started (it ends with complete()).
+  void begin_acquire();
+  /// Effects: counts an acquire finished without a completion (it could not be posted).
+  void end_acquire() noexcept;
+
+  /// Effects: wakes every suspended wait (their acquires then see the closed session), and waits
+  /// until every acquire started has handed its completion over and, unless called from the
+  /// completion thread, until those of the completion thread have run. From the algorithm thread
+  /// it waits for nothing. Never throws.
+  void drain() noexcept;
+  /// Effects: waits until every completion queued for the completion thread so far has run
+  /// (returns at once on the completion or algorithm thread). Never throws.
+  void flush_completions() noexcept;
+  /// Returns: whether the caller runs on one of this runner's threads.
+  bool on_runner_thread() const noexcept;
+  /// Returns: whether the caller runs on its completion thread.
+  bool on_completion_thread() const noexcept;
+
+  /// Effects: stops and joins the threads (detaches a thread that calls it); pending work is
+  /// dropped. Idempotent. Never throws.
+  void stop() noexcept;
+
+ private:
+  friend class resume_waiter;
+  using timer_key = std::pair<clock::time_point, std::uint64_t>;
+  timer_key add_timer(clock::time_point at, std::weak_ptr<resume_waiter> w);
+  void cancel_timer(const timer_key& k) noexcept;
+  void track(resume_waiter* w, std::weak_ptr<resume_waiter> p);
+  void untrack(resume_waiter* w) noexcept;
+  void run_algorithm();
+  void run_completions();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // the algorithm thread's
+  std::condition_variable done_cv_;  // drain and flush waiters'
+  std::condition_variable comp_cv_;  // the completion thread's
+  std::deque<std::function<void()>> tasks_;
+  std::deque<std::function<void()>> completions_;
+  std::map<timer_key, std::weak_ptr<resume_waiter>> timers_;
+  std::map<resume_waiter*, std::weak_ptr<resume_waiter>> suspended_;
+  std::uint64_t next_timer_ = 1;
+  std::uint64_t unfinished_ = 0;      // acquires begun whose completion was not handed over yet
+  std::uint64_t queued_seq_ = 0;      // completions queued for the completion thread
+  std::uint64_t run_seq_ = 0;         // of which have run
+  bool stopping_ = false;
+  std::thread algorithm_;
+  std::thread completion_;
+};
+
+/// What a wait of an asynchronous acquire waits on (the wake_resume model's waiter): a watch
+/// firing, a stop request or the session's state wakes it, or its deadline passes; either resumes
+/// the suspended acquire on the algorithm thread, once. One waiter serves one wait.
+class resume_waiter final : public wake_target, public std::enable_shared_from_this<resume_waiter> {
+ public:
+  /// Effects: a waiter whose acquire runs on `r`.
+  explicit resume_waiter(std::shared_ptr<async_runner> r) noexcept : r_(std::move(r)) {}
+  /// Effects: marks it woken; resumes the suspended acquire, if any. Never throws.
+  void wake() noexcept override;
+  /// Effects: none (one waiter serves one wait).
+  void reset() noexcept {}
+  /// Effects: suspends the acquire `h` until a wake-up or `deadline` (time_point::max(): none).
+  /// Returns: false if it was woken already (then `h` must not suspend).
+  bool suspend(std::coroutine_handle<> h, std::chrono::steady_clock::time_point deadline);
+  /// Returns: whether it was woken (not just timed out).
+  bool woke() const noexcept {
+    std::lock_guard lk{mu_};
+    return fired_;
+  }
+
+ private:
+  friend class async_runner;
+  /// Effects: the deadline passed: resumes the acquire unless it was resumed already.
+  void expire() noexcept;
+  std::shared_ptr<async_runner> r_;
+  mutable std::mutex mu_;
+  std::coroutine_handle<> h_;
+  bool fired_ = false;
+  bool resumed_ = false;
+  std::optional<async_runner::timer_key> timer_;
+};
+
+/// The asynchronous wake-up model (see the banner and zklock:wakeup): waits suspend the acquire.
+struct wake_resume {
+  static constexpr bool fresh_per_wait = true;
+  static constexpr bool resumes = true;
+  using waiter = resume_waiter;
+};
+
+/// Returns: whether `W` is the asynchronous model (its waits suspend) rather than a blocking one.
+template <class W>
+concept ResumingWakeup = requires { requires W::resumes; };
+
+/// Returns: the runner of `s`, started by the first call. Throws: std::system_error if its threads
+/// cannot be started.
+std::shared_ptr<async_runner> runner_of(session& s);
+
+/// Returns: the runner of `s` if it has one (no asynchronous acquire ever started: none).
+std::shared_ptr<async_runner> runner_if_any(session& s) noexcept;
+
+/// Returns: a new waiter of the model `W` for a wait of an acquire on `s`.
+template <class W>
+std::shared_ptr<typename W::waiter> new_waiter(session& s) {
+  if constexpr (ResumingWakeup<W>) return std::make_shared<resume_waiter>(runner_of(s));
+  else return std::make_shared<typename W::waiter>();
+}
+
+/// The one wait of the algorithm: `co_await wait_on<W>{waiter, deadline}` blocks the thread in
+/// a blocking model's waiter, or suspends the coroutine in wake_resume's. Its value: whether the
+/// waiter was woken before `deadline` passed.
+template <class W>
+struct wait_on {
+  typename W::waiter& w;
+  std::chrono::steady_clock::time_point deadline;
+  bool woken = false;
+
+  bool await_ready() {
+    if constexpr (ResumingWakeup<W>) {
+      return w.woke() || std::chrono::steady_clock::now() >= deadline;
+    } else {
+      woken = w.wait_until(deadline);
+      return true;
+    }
+  }
+  bool await_suspend(std::coroutine_handle<> h) {
+    if constexpr (ResumingWakeup<W>) return w.suspend(h, deadline);
+    else return false;
+  }
+  bool await_resume() noexcept {
+    if constexpr (ResumingWakeup<W>) return w.woke();
+    else return woken;
+  }
+};
+
+}  // namespace zklock::detail
