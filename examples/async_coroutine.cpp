@@ -9,6 +9,7 @@
 // exclusion broke, an update was lost, a token went backwards or a completion ran twice or never.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -18,6 +19,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <stop_token>
@@ -56,6 +58,8 @@ struct task {
 
 // ---- a tiny event loop: a queue of functions, drained by main's thread
 class event_loop {
+  using clock = std::chrono::steady_clock;
+
  public:
   /// Queues f to run on the loop's thread; callable from any thread (zklock's included).
   void post(std::function<void()> f, bool completion = false) {
@@ -70,16 +74,22 @@ class event_loop {
   zklock::executor executor() {
     return [this](std::function<void()> f) { post(std::move(f), true); };
   }
-  /// Runs queued functions until done() holds; throws if that takes longer than `limit`.
+  /// Runs queued functions, and timers when due, until done() holds; throws after `limit`.
   template <class Done>
   void run_until(Done done, std::chrono::seconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
+    const auto until = clock::now() + limit;
     while (!done()) {
       std::function<void()> f;
       {
         std::unique_lock lk{mu_};
-        if (!cv_.wait_until(lk, until, [&] { return !queue_.empty(); }))
-          throw std::runtime_error("the event loop ran out of time");
+        for (;;) {
+          const auto now = clock::now();
+          for (; !timers_.empty() && timers_.begin()->first <= now; timers_.erase(timers_.begin()))
+            queue_.push_back(std::move(timers_.begin()->second));
+          if (!queue_.empty()) break;
+          if (now >= until) throw std::runtime_error("the event loop ran out of time");
+          cv_.wait_until(lk, timers_.empty() ? until : std::min(until, timers_.begin()->first));
+        }
         f = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -97,28 +107,33 @@ class event_loop {
     return completions_posted_;
   }
 
-  /// An awaitable that lets the other coroutines of the loop run (it queues our resumption).
-  auto yield() {
+  /// An awaitable that resumes the coroutine on the loop after `d`; the others run meanwhile.
+  auto sleep_for(std::chrono::milliseconds d) {
     struct awaiter {
       event_loop& loop;
+      clock::time_point at;
       bool await_ready() const noexcept { return false; }
-      void await_suspend(std::coroutine_handle<> h) { loop.post([h] { h.resume(); }); }
+      void await_suspend(std::coroutine_handle<> h) {
+        std::lock_guard lk{loop.mu_};
+        loop.timers_.emplace(at, [h] { h.resume(); });
+      }
       void await_resume() const noexcept {}
     };
-    return awaiter{*this};
+    return awaiter{*this, clock::now() + d};
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  std::multimap<clock::time_point, std::function<void()>> timers_;
   long completions_posted_ = 0;
 };
 
 // ---- what the coroutines share (all of it touched by main's thread only)
 struct shared_state {
   int inside = 0;                // coroutines inside the mutex's critical section right now
-  long counter = 0;              // incremented under the mutex, read and written around a yield
+  long counter = 0;              // incremented under the mutex, read and written around a wait
   std::int64_t last_token = 0;   // the mutex's fencing tokens must grow in grant order
   int leases_out = 0;            // semaphore leases held right now
   long awaited = 0;              // zklock awaitables co_awaited (each must complete exactly once)
@@ -137,7 +152,7 @@ task worker(zklock::mutex& m, event_loop& loop, shared_state& st, int rounds) {
     st.last_token = h.fencing_token();
     st.check(++st.inside == 1, "two coroutines inside the mutex at once");
     const long seen = st.counter;
-    co_await loop.yield();  // the others run now: a lost update would happen here without the lock
+    co_await loop.sleep_for(std::chrono::milliseconds{2});  // slow work: the others run meanwhile
     st.counter = seen + 1;
     --st.inside;
     h.unlock();             // or let h go out of scope
@@ -148,7 +163,7 @@ task lease_user(zklock::counting_semaphore& sem, event_loop& loop, shared_state&
   ++st.awaited;
   zklock::lock_hold lease = co_await sem.async_acquire({}, loop.executor());
   st.check(++st.leases_out <= 2, "more leases out than the semaphore has");
-  co_await loop.yield();
+  co_await loop.sleep_for(std::chrono::milliseconds{20});
   --st.leases_out;
 }  // the lease is released here
 
