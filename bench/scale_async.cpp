@@ -7,7 +7,8 @@
 //   before the first call, over N, is the memory per pending acquire (the session, the lock object
 //   and zklock's completion thread were there before). Then the holder lets go; every callback
 //   releases its hold at once, handing over to the next: grants per second while the chain drains,
-//   the handoff latency (a release to the next grant), fencing tokens increasing in grant order.
+//   the handoff latency (one callback's start to the next's), fencing tokens increasing in grant
+//   order.
 // many paths: a holder session holds M paths (M asynchronous acquires, granted at once, holds
 //   kept); main's thread issues M more acquires, one per path, on a second session: memory per
 //   pending acquire as above (the lock objects made before); then every holder lets go at once:
@@ -45,7 +46,7 @@ using namespace std::chrono_literals;
 class outcomes {
  public:
   explicit outcomes(int n)
-      : granted_(static_cast<std::size_t>(n)), released_(granted_.size()), token_(granted_.size()),
+      : granted_(static_cast<std::size_t>(n)), token_(granted_.size()),
         calls_(granted_.size()), holds_(granted_.size()) {}
 
   /// The callback of acquire i: records the grant; keeps the hold if `keep`, else releases it at
@@ -54,11 +55,9 @@ class outcomes {
     const auto got = clock_type::now();
     const std::int64_t token = h ? h.fencing_token() : 0;
     if (!keep) h.unlock();
-    const auto gone = clock_type::now();
     std::lock_guard lk{mu_};
     const auto k = static_cast<std::size_t>(i);
     granted_[k] = got;
-    released_[k] = gone;
     token_[k] = token;
     if (ec && !error_) error_ = ec;
     if (keep) holds_[k] = std::move(h);
@@ -85,13 +84,12 @@ class outcomes {
     return order;
   }
   const std::vector<clock_type::time_point>& granted() const { return granted_; }
-  const std::vector<clock_type::time_point>& released() const { return released_; }
   const std::vector<std::int64_t>& tokens() const { return token_; }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<clock_type::time_point> granted_, released_;
+  std::vector<clock_type::time_point> granted_;
   std::vector<std::int64_t> token_;
   std::vector<int> calls_;
   std::vector<zklock::lock_hold> holds_;
@@ -146,14 +144,15 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   const double drain_ms = ms_since(t0);
   const long long packets1 = scale::mntr(o.connect, "zk_packets_received");
 
-  // in grant order: tokens must increase; handoff k is release k-1 to grant k
+  // in grant order: tokens must increase; handoff k is grant k-1 to grant k (the callback's release,
+  // its delete's round trip with the next waiter's notification, the completion thread's turn)
   const auto order = out.grant_order();
   bool in_order = true;
   std::vector<double> handoff_us;
   for (std::size_t k = 1; k < order.size(); ++k) {
     in_order = in_order && out.tokens()[order[k]] > out.tokens()[order[k - 1]];
     handoff_us.push_back(
-        std::chrono::duration<double, std::micro>(out.granted()[order[k]] - out.released()[order[k - 1]]).count());
+        std::chrono::duration<double, std::micro>(out.granted()[order[k]] - out.granted()[order[k - 1]]).count());
   }
   std::sort(handoff_us.begin(), handoff_us.end());
   auto pct = [&](double p) {
@@ -200,20 +199,22 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
     locks[static_cast<std::size_t>(i)]->async_lock(
         [&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);
+  // every path lists its holder and its waiter (the nodes are created about in issue order: each
+  // path is listed until full, then the next), and at least one more watch per waiter is armed
+  int full = 0;
+  poll_until([&] {
+    while (full < n && raw.listing(base + "/async-many/p" + std::to_string(full)).first >= 2) ++full;
+    return full == n;
+  }, "saw every contender");
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
-  // every path lists its holder and its waiter (checked after the memory: the listings are ours)
-  int short_queues = 0;
-  for (int i = 0; i < n; ++i)
-    short_queues += raw.listing(base + "/async-many/p" + std::to_string(i)).first < 2;
-  if (short_queues) std::fprintf(stderr, "scale: %d paths without their waiter's node\n", short_queues);
 
   const auto t0 = clock_type::now();
   holders.release_kept();
   out.wait_all(300s);
   const double drain_ms = ms_since(t0);
-  bool in_order = short_queues == 0;
+  bool in_order = true;
   for (std::size_t i = 0; i < out.tokens().size(); ++i) in_order = in_order && out.tokens()[i] > holders.tokens()[i];
   std::printf(
       "{\"scenario\":\"async_many_paths\",\"pending\":%d,\"holders_granted_s\":%.0f,\"issue_ms\":%.1f,"
