@@ -116,10 +116,13 @@ class resume_waiter;
 class async_runner {
  public:
   using clock = std::chrono::steady_clock;
-  /// Effects: starts the algorithm and completion threads.
+  /// Effects: a runner without threads yet (start() starts them).
   async_runner();
   /// Effects: stop(). Never throws.
   ~async_runner();
+  /// Effects: starts the algorithm and completion threads, which keep `self` (this runner) alive
+  /// until they end (after stop()). Throws: std::system_error if a thread cannot be started.
+  void start(const std::shared_ptr<async_runner>& self);
   async_runner(const async_runner&) = delete;
   async_runner& operator=(const async_runner&) = delete;
 

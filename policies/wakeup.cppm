@@ -9,6 +9,13 @@
 //                            wait. One small allocation per wait.
 // Both wake exactly the waiting thread, never others sharing the lock object, and the watch
 // callback only flips a flag: it never blocks the ZooKeeper event thread.
+//
+// Both are for the blocking calls (lock(), try_lock_for(), acquire()...), which wait on the
+// caller's thread. The asynchronous calls (async_lock(), async_lock_shared(), async_acquire():
+// zklock:async) wait with a third model whatever the bundle says, wake_resume (zklock:step): there
+// the same algorithm suspends instead of blocking, and a watch resumes it on the session's runner
+// thread; like the latch, every wait gets a fresh one-shot waiter. So this axis chooses how a
+// thread waits, and never matters when no thread waits.
 // Plug it in: struct my_policies : zklock::default_policies { using wakeup = zklock::wake_latch; };
 module;
 #include <atomic>

@@ -31,10 +31,14 @@ namespace zklock::detail {
 
 // ---- the runner --------------------------------------------------------------------------------
 
-async_runner::async_runner() {
-  algorithm_ = std::thread([this] { run_algorithm(); });
+async_runner::async_runner() = default;
+
+void async_runner::start(const std::shared_ptr<async_runner>& self) {
+  // Each thread keeps the runner alive until it ends: a runner stopped from one of its own threads
+  // (a completion that closes the session) is destroyed by that thread, after its loop is over.
+  algorithm_ = std::thread([self] { self->run_algorithm(); });
   try {
-    completion_ = std::thread([this] { run_completions(); });
+    completion_ = std::thread([self] { self->run_completions(); });
   } catch (...) {
     stop();
     throw;
@@ -272,7 +276,11 @@ bool resume_waiter::suspend(std::coroutine_handle<> h, std::chrono::steady_clock
 std::shared_ptr<async_runner> runner_of(session& sess) {
   session_impl& s = sess.impl();
   std::lock_guard lk{s.runner_mu};
-  if (!s.runner) s.runner = std::make_shared<async_runner>();
+  if (!s.runner) {
+    auto r = std::make_shared<async_runner>();
+    r->start(r);
+    s.runner = std::move(r);
+  }
   return s.runner;
 }
 
