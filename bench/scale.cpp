@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string base = "/bench/scale/" + std::to_string(::getpid());
-    const bool async_ok = cfg.mode == "blocking" || async_scale(options(false), base, cfg.async_waiters, cfg.async_paths);
+    const bool async_ok =
+        cfg.mode == "blocking" || async_scale(options(false), base, cfg.async_waiters, cfg.async_paths);
     if (cfg.mode == "async") return async_ok ? 0 : 1;
     std::fprintf(stderr, "scale: %d locks in one session\n", cfg.locks);
     many_locks(base);

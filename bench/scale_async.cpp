@@ -5,10 +5,11 @@
 //   object (each queues a contender of its own; a callback, no thread, per acquire). Once the
 //   server lists N + 1 contenders and N more watches are armed, the resident memory grown since
 //   before the first call, over N, is the memory per pending acquire (the session, the lock object
-//   and zklock's completion thread were there before). Then the holder lets go; every callback
-//   releases its hold at once, handing over to the next: grants per second while the chain drains,
-//   the handoff latency (one callback's start to the next's), fencing tokens increasing in grant
-//   order.
+//   and zklock's completion thread were there before); the heap's bytes in use (mallinfo2) grown
+//   over the same time, over N, tell live allocations from the allocator's slack. Then the holder
+//   lets go; every callback releases its hold at once, handing over to the next: grants per second
+//   while the chain drains, the handoff latency (one callback's start to the next's), fencing
+//   tokens increasing in grant order.
 // many paths: a holder session holds M paths (M asynchronous acquires, granted at once, holds
 //   kept); main's thread issues M more acquires, one per path, on a second session: memory per
 //   pending acquire as above (the lock objects made before); then every holder lets go at once:
@@ -128,6 +129,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
+  const auto heap0 = scale::heap_bytes();
   const auto t_issue = clock_type::now();
   for (int i = 0; i < n; ++i)
     m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
@@ -136,6 +138,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
+  const auto heap_pending = scale::heap_bytes();
 
   const long long packets0 = scale::mntr(o.connect, "zk_packets_received");
   const auto t0 = clock_type::now();
@@ -160,10 +163,11 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   };
   std::printf(
       "{\"scenario\":\"async_one_path\",\"pending\":%d,\"issue_ms\":%.1f,\"fill_ms\":%.0f,"
-      "\"rss_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,"
-      "\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,\"in_order\":%s,\"errors\":%s,"
-      "\"sizeof_lock_hold\":%zu}\n",
-      n, issue_ms, fill_ms, double(rss_pending - rss0) / n, drain_ms, n / (drain_ms / 1000), pct(0.5), pct(0.9),
+      "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,"
+      "\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,"
+      "\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
+      n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, drain_ms,
+      n / (drain_ms / 1000), pct(0.5), pct(0.9),
       packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, in_order ? "true" : "false",
       out.failed() ? "true" : "false", sizeof(zklock::lock_hold));
   std::fflush(stdout);
@@ -194,6 +198,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
+  const auto heap0 = scale::heap_bytes();
   const auto t_issue = clock_type::now();
   for (int i = 0; i < n; ++i)
     locks[static_cast<std::size_t>(i)]->async_lock(
@@ -209,6 +214,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
+  const auto heap_pending = scale::heap_bytes();
 
   const auto t0 = clock_type::now();
   holders.release_kept();
@@ -218,9 +224,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   for (std::size_t i = 0; i < out.tokens().size(); ++i) in_order = in_order && out.tokens()[i] > holders.tokens()[i];
   std::printf(
       "{\"scenario\":\"async_many_paths\",\"pending\":%d,\"holders_granted_s\":%.0f,\"issue_ms\":%.1f,"
-      "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,\"grants_s\":%.0f,"
+      "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
+      "\"drain_ms\":%.0f,\"grants_s\":%.0f,"
       "\"in_order\":%s,\"errors\":%s}\n",
-      n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, drain_ms, n / (drain_ms / 1000),
+      n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
+      drain_ms, n / (drain_ms / 1000),
       in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());

@@ -3,6 +3,7 @@
 // "mntr" numbers and a raw C-client view of a lock node's queue (zklock offers no raw listing).
 #pragma once
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +30,9 @@ inline std::int64_t rss_bytes() {
   f >> size >> resident;
   return resident * ::sysconf(_SC_PAGESIZE);
 }
+
+/// Returns: the bytes the heap has handed out and not got back (every malloc arena).
+inline std::int64_t heap_bytes() { return static_cast<std::int64_t>(::mallinfo2().uordblks); }
 
 /// Returns: `key`'s value in the "mntr" answer of the first host of `zk`, or -1.
 inline long long mntr(const std::string& zk, const std::string& key) {
