@@ -50,6 +50,7 @@ module;
 #include <span>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -155,14 +156,21 @@ class attempt {
       waiter_->reset();
     }
   }
-  /// Effects: waits until a watch fires (since prepare_wait), `deadline` passes or a stop is
-  /// requested. Returns: whether a watch fired (false once a stop was requested).
-  step<bool> wait(clock::time_point deadline) {
-    if (cancelled()) co_return false;
-    const bool woke = co_await wait_on<Wakeup>{*waiter_, deadline} && !cancelled();
-    if (woke && count_) ++count_->wakeups;
-    co_return woke;
-  }
+  /// What `co_await at.wait(deadline)` waits for (see wait).
+  struct waiting {
+    attempt& at;
+    wait_on<Wakeup> on;
+    bool await_ready() { return at.cancelled() || on.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return on.await_suspend(h); }
+    bool await_resume() {
+      const bool woke = !at.cancelled() && on.await_resume();
+      if (woke && at.count_) ++at.count_->wakeups;
+      return woke;
+    }
+  };
+  /// Returns: an awaitable that waits until a watch fires (since prepare_wait), `deadline` passes
+  /// or a stop is requested; its value: whether a watch fired (false once a stop was requested).
+  waiting wait(clock::time_point deadline) { return waiting{*this, wait_on<Wakeup>{*waiter_, deadline}}; }
   /// Returns: whether a stop was requested on the attempt's token.
   bool cancelled() const noexcept { return stop_.stop_requested(); }
 
@@ -306,7 +314,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
                                 count ? &count->requests : nullptr);
   if (!queued) co_return std::nullopt;
   attempt<Wakeup> at{s, std::move(queued->node), wc.stop, count};
-  const std::string self = at.node().path.substr(lock_path.size() + 1);
+  const std::string_view self = std::string_view{at.node().path}.substr(lock_path.size() + 1);
   std::optional<std::vector<std::string>> listing = std::move(queued->listing);
   queued.reset();
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {

@@ -11,6 +11,13 @@
 // passes (a callable taking the function to run: an asio strand's post, an event loop's queue), or
 // by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
 // nor the algorithm, so a slow continuation delays neither watches nor other acquires.
+//
+// Limits worth knowing. A session's asynchronous acquires take turns on its one algorithm thread:
+// their requests are sent one acquire at a time (each step waits for its round trip), and a step
+// that waits through a disconnection holds the others up until the connection is back, the session
+// is given up, or that step's deadline passes. Cancel a pending acquire with its stop token, never
+// by destroying the coroutine suspended in its co_await (the completion would resume a destroyed
+// frame); await an awaitable while its lock object lives.
 module;
 #include <chrono>
 #include <concepts>
@@ -231,12 +238,14 @@ struct stop_relay {
   void operator()() const noexcept { s.request_stop(); }
 };
 
-/// One asynchronous acquire with the policies `P` and `rule` on `path`, run on `r`'s algorithm
-/// thread: the algorithm with wake_resume, then the outcome handed to `done` on `ex`.
-template <LockPolicies P, class Rule>
-detached run_async(session& s, std::string path, Rule rule, wait_context wc, std::shared_ptr<async_runner> r,
+/// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
+/// outlives it), run on `r`'s algorithm thread: the algorithm with wake_resume, then the outcome
+/// handed to `done(std::error_code, lock_hold)` on `ex`. A pending acquire's state is this frame
+/// and those of the algorithm it awaits.
+template <LockPolicies P, class Rule, class Done>
+detached run_async(session& s, const std::string& path, Rule rule, wait_context wc, std::shared_ptr<async_runner> r,
                    std::shared_ptr<pending_acquires> reg, std::uint64_t id, std::stop_source own, executor ex,
-                   std::function<void(std::error_code, lock_hold)> done) {
+                   Done done) {
   std::error_code ec;
   std::optional<hold> h;
   {
@@ -258,10 +267,11 @@ detached run_async(session& s, std::string path, Rule rule, wait_context wc, std
   struct outcome {
     std::error_code ec;
     lock_hold held;
+    Done done;
   };
-  auto out = std::make_shared<outcome>(outcome{ec, h ? hold_maker::make<typename P::hooks>(s, std::move(*h), path)
-                                                     : lock_hold{}});
-  r->complete(ex, [out, done = std::move(done)] { done(out->ec, std::move(out->held)); });
+  auto out = std::make_shared<outcome>(
+      outcome{ec, h ? hold_maker::make<typename P::hooks>(s, std::move(*h), path) : lock_hold{}, std::move(done)});
+  r->complete(ex, [out] { out->done(out->ec, std::move(out->held)); });
   reg->remove(id);
 }
 
@@ -280,9 +290,8 @@ class async_side {
   /// Effects: starts an acquire with `rule` within `wc` (and the timeout policy's bound); `done`
   /// runs once on `ex` (default: the completion thread) with the outcome. Never blocks.
   /// Throws: std::system_error if the runner's threads cannot be started; std::bad_alloc.
-  template <class Rule>
-  void start(const Rule& rule, const wait_context& wc, executor ex,
-             std::function<void(std::error_code, lock_hold)> done) {
+  template <class Rule, class Done>
+  void start(const Rule& rule, const wait_context& wc, executor ex, Done done) {
     auto r = runner_of(s_);
     const wait_context bounded{std::min(wc.deadline, P::timeout::lock_deadline(clock::now())), wc.stop};
     auto [id, own] = pending_->add();
@@ -316,12 +325,6 @@ class async_side {
   const std::string& path_;
   std::shared_ptr<pending_acquires> pending_ = std::make_shared<pending_acquires>();
 };
-
-/// Returns: `cb` as a copyable completion (a std::function needs one; callbacks may be move-only).
-template <class Callback>
-std::function<void(std::error_code, lock_hold)> erase_callback(Callback cb) {
-  return [p = std::make_shared<Callback>(std::move(cb))](std::error_code ec, lock_hold h) { (*p)(ec, std::move(h)); };
-}
 
 }  // namespace zklock::detail
 

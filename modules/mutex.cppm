@@ -117,7 +117,7 @@ class basic_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::exclusive_rule{}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+    async_.start(detail::exclusive_rule{}, wc, std::move(ex), std::move(cb));
   }
   /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>

@@ -147,7 +147,7 @@ class basic_counting_semaphore {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex), detail::erase_callback(std::move(cb)));
+    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex), std::move(cb));
   }
   /// Effects: as async_acquire(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>

@@ -55,7 +55,10 @@ namespace detail {
 // ---- state and listeners -------------------------------------------------------------------------
 
 session_impl::~session_impl() {
-  if (runner) runner->stop();
+  if (runner) {
+    runner->drain();  // acquires started after close() complete too (session_closed)
+    runner->stop();
+  }
   // close() called from a listener cannot join the worker it runs on: join it here.
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   if (reaper.joinable()) reaper.join();

@@ -31,12 +31,17 @@ int main() {
   return &zklock::detail::sorted_contenders == nullptr;
 #elif defined(PROBE_validate_path)  // zklock.logic, checks of user input
   return &zklock::detail::validate_path == nullptr;
+#elif defined(PROBE_async_runner)  // zklock:step, the threads of asynchronous acquires
+  return sizeof(zklock::detail::async_runner*) == 0;
+#elif defined(PROBE_async_side)  // zklock:async, the private member of the lock types
+  return sizeof(zklock::detail::async_side<zklock::default_policies>) == 0;
 #else
   // Control: the documented API, including the lock templates that use those internals.
   zklock::mutex* m = nullptr;
   zklock::shared_mutex* rw = nullptr;
   zklock::counting_semaphore* sem = nullptr;
-  return (m == nullptr) + (rw == nullptr) + (sem == nullptr) +
+  zklock::lock_hold hold;  // the asynchronous acquires' result
+  return hold.owns_lock() + (m == nullptr) + (rw == nullptr) + (sem == nullptr) +
          (zklock::session_state::connected == zklock::session_state::closed);
 #endif
 }

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compile-time checks: the standard lockable requirements and the policy concepts.
 #include <chrono>
+#include <coroutine>
+#include <functional>
+#include <memory>
+#include <system_error>
+#include <utility>
 #include <concepts>
 #include <mutex>
 #include <shared_mutex>
@@ -72,6 +77,26 @@ static_assert(std::same_as<custom::policies::wakeup, zklock::wake_latch>);
   { std::shared_lock g{rw}; }
   { std::unique_lock g{rw}; }
   { std::lock_guard g{b}; }
+}
+
+// The asynchronous acquires: an awaitable of a move-only lock_hold for every lock type and side,
+// and a callback shape taking (std::error_code, lock_hold).
+template <class A>
+concept AwaitsHold = requires(A a, std::coroutine_handle<> h) {
+  { a.await_ready() } -> std::same_as<bool>;
+  a.await_suspend(h);
+  { a.await_resume() } -> std::same_as<zklock::lock_hold>;
+};
+static_assert(AwaitsHold<decltype(std::declval<zklock::mutex&>().async_lock())>);
+static_assert(AwaitsHold<decltype(std::declval<zklock::shared_mutex&>().async_lock_shared(zklock::wait_context{}))>);
+static_assert(AwaitsHold<decltype(std::declval<zklock::counting_semaphore&>().async_acquire({}, zklock::executor{}))>);
+static_assert(std::movable<zklock::lock_hold> && !std::copyable<zklock::lock_hold>);
+static_assert(zklock::AcquireCallback<void (*)(std::error_code, zklock::lock_hold)>);
+static_assert(!zklock::AcquireCallback<void (*)(std::function<void()>)>);
+[[maybe_unused]] void callback_shapes(custom& m, zklock::shared_mutex& rw, zklock::counting_semaphore& sem) {
+  m.async_lock([](std::error_code, zklock::lock_hold) {});
+  rw.async_lock_shared({}, [p = std::make_unique<int>()](std::error_code, zklock::lock_hold) {});  // move-only
+  sem.async_acquire({}, [](std::error_code, zklock::lock_hold) {}, [](std::function<void()> f) { f(); });
 }
 }  // namespace
 

@@ -24,9 +24,11 @@ TEST(ErrorCategory, MapsEveryZooKeeperCode) {
 TEST(ErrorCategory, OwnErrorsHaveMessagesAndConditions) {
   for (auto e : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
                  zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::not_held,
-                 zklock::errc::lease_count_mismatch}) {
+                 zklock::errc::lease_count_mismatch, zklock::errc::cancelled}) {
     EXPECT_EQ(std::error_code{e}.message().find("unknown"), std::string::npos);
   }
+  EXPECT_TRUE(std::error_code{zklock::errc::cancelled} == std::errc::operation_canceled);
+  EXPECT_FALSE(std::error_code{zklock::errc::lock_timeout} == std::errc::operation_canceled);
   EXPECT_TRUE(std::error_code{zklock::errc::lock_timeout} == std::errc::timed_out);
   EXPECT_TRUE(std::error_code{zklock::errc::connection_loss} == std::errc::not_connected);
   EXPECT_FALSE(std::error_code{zklock::errc::no_node} == std::errc::timed_out);
