@@ -309,6 +309,7 @@ template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
 step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, const Rule& rule,
                                       const wait_context& wc, acquire_counters* count) {
   const clock::time_point deadline = wc.deadline;
+  if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
   // the create and the listing, sent back to back (more requests on a first use or a lost reply)
   auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
                                 count ? &count->requests : nullptr);

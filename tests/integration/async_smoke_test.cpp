@@ -116,4 +116,18 @@ TEST(AsyncSmoke, DestroyingTheLockCompletesPendingAcquires) {
   EXPECT_EQ(zkt::children(path).size(), 1u);
 }
 
+TEST(AsyncSmoke, StopBeforeTheCallCancelsWithoutARequest) {
+  const auto path = zkt::unique_path("async-smoke");
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, path};
+  std::stop_source stop;
+  stop.request_stop();
+  outcome o;
+  m.async_lock(zklock::wait_context{.stop = stop.get_token()}, o.callback());
+  auto [ec, h] = o.get();
+  EXPECT_EQ(ec, zklock::errc::cancelled);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_FALSE(zkt::exists(path)) << "the free lock was queued for although the stop came first";
+}
+
 }  // namespace

@@ -107,4 +107,24 @@ TEST(WaitCancellationOwner, WaitForTheOwnersOtherAcquire) {
   EXPECT_EQ(zkt::children(path).size(), 0u);
 }
 
+// A stop requested before the call: the try returns false without a single request, even on a
+// free lock (the lock node is never created), for every lock type.
+TEST(WaitCancellationBefore, StoppedContextMakesNoAttempt) {
+  const auto path = zkt::unique_path("cancel-before");
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, path + "/m"};
+  zklock::shared_mutex rw{s, path + "/rw"};
+  std::stop_source stop;
+  stop.request_stop();
+  const zklock::wait_context stopped{.stop = stop.get_token()};
+  EXPECT_FALSE(m.try_lock(stopped));
+  EXPECT_FALSE(rw.try_lock(stopped));
+  EXPECT_FALSE(rw.try_lock_shared(stopped));
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_FALSE(zkt::exists(path + "/m")) << "a request was sent for a wait cancelled before it began";
+  EXPECT_FALSE(zkt::exists(path + "/rw"));
+  ASSERT_TRUE(m.try_lock()) << "the object is usable afterwards";
+  m.unlock();
+}
+
 }  // namespace
