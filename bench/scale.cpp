@@ -2,6 +2,7 @@
 // scale — how zklock behaves with many locks and long queues (issue "Speed", part "Scale").
 //
 //   scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] [--sessions 10]
+//         [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000]
 //
 // 1. One session holds --locks distinct locks at once (--threads threads lock them): time, locks/s,
 //    resident memory per lock object (constructed, then held), sizeof.
@@ -14,7 +15,11 @@
 //    hooks, the queueing included), resident memory per waiter,
 //    and the longest listing the server sent (bytes), for the predecessor watch at every W and the
 //    children watch at the smallest W.
-// One JSON object per line on stdout; progress on stderr. Nothing is asserted: a benchmark.
+// 3. --mode async (or both; blocking, the default, runs 1 and 2 only): one thread issues pending
+//    asynchronous acquires, --async-waiters on one lock path and --async-paths across as many
+//    paths; resident memory per pending acquire and the handoff rate (see scale_async.cpp).
+// One JSON object per line on stdout; progress on stderr. Timings are not asserted; 3 exits 1 if
+// an acquire fails or grants come out of queue order.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +28,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -31,14 +35,20 @@
 #include <thread>
 #include <vector>
 
-#include <zookeeper/zookeeper.h>
 #include "four_letter.hpp"
+#include "scale_common.hpp"
 
 import zklock;
 
+// 3. (--mode async or both) in scale_async.cpp: pending asynchronous acquires, one thread.
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths);
+
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using scale::clock_type;
+using scale::ms_since;
+using scale::raw_view;
+using scale::rss_bytes;
 using namespace std::chrono_literals;
 
 struct config {
@@ -47,6 +57,9 @@ struct config {
   int threads = 4;
   std::vector<int> waiters{100, 1000};
   int sessions = 10;
+  std::string mode = "blocking";  // blocking (1 and 2), async (3) or both
+  int async_waiters = 1000;
+  int async_paths = 10'000;
 } cfg;
 
 std::vector<int> int_list(const std::string& v) {
@@ -62,25 +75,18 @@ void parse(int argc, char** argv) {
     else if (k == "--threads") cfg.threads = std::max(1, std::stoi(v));
     else if (k == "--waiters") cfg.waiters = int_list(v);
     else if (k == "--sessions") cfg.sessions = std::max(1, std::stoi(v));
+    else if (k == "--mode") cfg.mode = v;
+    else if (k == "--async-waiters") cfg.async_waiters = std::max(1, std::stoi(v));
+    else if (k == "--async-paths") cfg.async_paths = std::max(1, std::stoi(v));
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (cfg.zk.empty()) throw std::invalid_argument("--zk HOST:PORT is required");
-}
-
-/// Returns: this process's resident set size in bytes.
-std::int64_t rss_bytes() {
-  std::ifstream f{"/proc/self/statm"};
-  std::int64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE);
+  if (cfg.mode != "blocking" && cfg.mode != "async" && cfg.mode != "both")
+    throw std::invalid_argument("--mode is blocking, async or both");
 }
 
 /// Returns: `key`'s value in the server's "mntr" answer (the first host of --zk), or -1.
-long long mntr(const std::string& key) {
-  const auto values = zkt::mntr(cfg.zk);
-  const auto it = values.find(key);
-  return it == values.end() ? -1 : static_cast<long long>(it->second);
-}
+long long mntr(const std::string& key) { return scale::mntr(cfg.zk, key); }
 
 zklock::session_options options(bool background) {
   zklock::session_options o;
@@ -90,43 +96,6 @@ zklock::session_options options(bool background) {
   o.background_release = background;
   return o;
 }
-
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
-/// A raw C-client handle, to look at the server's view of the queue (zklock offers no listing).
-class raw_view {
- public:
-  raw_view() {
-    ::zoo_set_debug_level(static_cast<ZooLogLevel>(0));
-    zh_ = ::zookeeper_init(cfg.zk.c_str(), nullptr, 30000, nullptr, nullptr, 0);
-    if (!zh_) throw std::runtime_error("zookeeper_init failed");
-    const auto until = clock_type::now() + 30s;
-    while (::zoo_state(zh_) != ZOO_CONNECTED_STATE) {
-      if (clock_type::now() > until) throw std::runtime_error("raw handle never connected");
-      std::this_thread::sleep_for(10ms);  // polling a C handle's state
-    }
-  }
-  ~raw_view() { ::zookeeper_close(zh_); }
-  raw_view(const raw_view&) = delete;
-  raw_view& operator=(const raw_view&) = delete;
-
-  /// Returns: the number of children of `path`, and the size of the listing's reply payload in
-  /// bytes (a 4-byte count, then a 4-byte length and the bytes of each name).
-  std::pair<std::size_t, std::size_t> listing(const std::string& path) {
-    String_vector kids{};
-    if (::zoo_get_children(zh_, path.c_str(), 0, &kids) != ZOK) return {0, 0};
-    std::size_t bytes = 4;
-    for (int i = 0; i < kids.count; ++i) bytes += 4 + std::string_view{kids.data[i]}.size();
-    const auto n = static_cast<std::size_t>(kids.count);
-    ::deallocate_String_vector(&kids);
-    return {n, bytes};
-  }
-
- private:
-  zhandle_t* zh_ = nullptr;
-};
 
 // ---- 1. many locks, one session -------------------------------------------------------------------
 
@@ -205,7 +174,7 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
   zklock::session holder_s{options(false)};
   counted_mutex<Watch> holder{holder_s, path};
   holder.lock();
-  raw_view raw;
+  raw_view raw{cfg.zk};
 
   const auto rss0 = rss_bytes();
   std::mutex mu;
@@ -299,12 +268,15 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "scale: %s\nusage: scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] "
-                 "[--sessions 10]\n",
+                 "[--sessions 10]\n       [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000]\n",
                  e.what());
     return 2;
   }
   try {
     const std::string base = "/bench/scale/" + std::to_string(::getpid());
+    const bool async_ok =
+        cfg.mode == "blocking" || async_scale(options(false), base, cfg.async_waiters, cfg.async_paths);
+    if (cfg.mode == "async") return async_ok ? 0 : 1;
     std::fprintf(stderr, "scale: %d locks in one session\n", cfg.locks);
     many_locks(base);
     for (int w : cfg.waiters) {
@@ -314,6 +286,7 @@ int main(int argc, char** argv) {
     const int smallest = *std::min_element(cfg.waiters.begin(), cfg.waiters.end());
     std::fprintf(stderr, "scale: %d waiters, children watch\n", smallest);
     long_queue<zklock::watch_children>(base, smallest, "children");
+    if (!async_ok) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "scale: %s\n", e.what());
     return 1;

@@ -3,7 +3,10 @@
 # Runs the examples other than the counter demo against $ZKLOCK_TEST_ZK and fails if any of them
 # does: the README's API tour (example_tour); a writer and two readers of one cache file
 # (example_rw_cache: a reader that sees entries of two versions exits 1); two processes of three
-# workers on a 2-slot semaphore (example_worker_pool: more running jobs than slots exits 1).
+# workers on a 2-slot semaphore (example_worker_pool: more running jobs than slots exits 1);
+# coroutines on one thread awaiting every lock type (example_async_coroutine) and the callback form
+# (example_async_callback): each exits 1 on broken exclusion, a lost update, a token out of order,
+# a completion run twice or never, or a deadline or stop token without its error.
 #   examples_test.sh EXAMPLES_DIR
 set -euo pipefail
 bin=$1
@@ -40,4 +43,10 @@ pids=()
 wait_all
 left=$(find "$work/pool" -type f | wc -l)
 [[ $left -eq 0 ]] || { echo "worker_pool left $left job markers"; exit 1; }
+echo "== example_async_coroutine: coroutines on one thread"
+"$bin/example_async_coroutine"
+
+echo "== example_async_callback: callbacks, no thread per waiter"
+"$bin/example_async_callback" 50
+
 echo "== examples passed"

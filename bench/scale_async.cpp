@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// scale_async — bench/scale's third part: pending asynchronous acquires, all issued by one thread.
+//
+// one path: another session holds the lock; main's thread issues N async_lock calls on one lock
+//   object (each queues a contender of its own; a callback, no thread, per acquire). Once the
+//   server lists N + 1 contenders and N more watches are armed, the resident memory grown since
+//   before the first call, over N, is the memory per pending acquire (the session, the lock object
+//   and zklock's completion thread were there before); the heap's bytes in use (mallinfo2) grown
+//   over the same time, over N, tell live allocations from the allocator's slack. Then the holder
+//   lets go; every callback releases its hold at once, handing over to the next: grants per second
+//   while the chain drains, the handoff latency (one callback's start to the next's), fencing
+//   tokens increasing in grant order.
+// many paths: a holder session holds M paths (M asynchronous acquires, granted at once, holds
+//   kept); main's thread issues M more acquires, one per path, on a second session: memory per
+//   pending acquire as above (the lock objects made before); then every holder lets go at once:
+//   grants per second while they drain; each grant's token above its path's holder's.
+// Callbacks run on zklock's completion thread (the default executor).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "scale_common.hpp"
+
+import zklock;
+
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths);
+
+namespace {
+
+using scale::clock_type;
+using scale::ms_since;
+using namespace std::chrono_literals;
+
+/// What the callbacks of n acquires saw, by acquire: filled on zklock's completion thread, read by
+/// main once all n ran (every access under mu).
+class outcomes {
+ public:
+  explicit outcomes(int n)
+      : granted_(static_cast<std::size_t>(n)), token_(granted_.size()),
+        calls_(granted_.size()), holds_(granted_.size()) {}
+
+  /// The callback of acquire i: records the grant; keeps the hold if `keep`, else releases it at
+  /// once (the next contender's turn).
+  void on_grant(int i, std::error_code ec, zklock::lock_hold h, bool keep) {
+    const auto got = clock_type::now();
+    const std::int64_t token = h ? h.fencing_token() : 0;
+    if (!keep) h.unlock();
+    std::lock_guard lk{mu_};
+    const auto k = static_cast<std::size_t>(i);
+    granted_[k] = got;
+    token_[k] = token;
+    if (ec && !error_) error_ = ec;
+    if (keep) holds_[k] = std::move(h);
+    if (++calls_[k] == 1) ++done_;
+    else ++extra_calls_;
+    cv_.notify_all();
+  }
+  /// Waits until every acquire's callback ran; throws after `limit`.
+  void wait_all(std::chrono::seconds limit) {
+    std::unique_lock lk{mu_};
+    if (!cv_.wait_for(lk, limit, [&] { return done_ == granted_.size(); }))
+      throw std::runtime_error("asynchronous acquires still pending after the time limit");
+  }
+  /// Returns: whether any callback reported an error or ran more than once (after wait_all).
+  bool failed() const { return static_cast<bool>(error_) || extra_calls_ != 0; }
+  std::error_code error() const { return error_; }
+  /// Releases every kept hold at once (each delete is sent in the background).
+  void release_kept() { holds_.clear(); }
+  /// Returns: acquire indices in grant order.
+  std::vector<std::size_t> grant_order() const {
+    std::vector<std::size_t> order(granted_.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) { return granted_[a] < granted_[b]; });
+    return order;
+  }
+  const std::vector<clock_type::time_point>& granted() const { return granted_; }
+  const std::vector<std::int64_t>& tokens() const { return token_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<clock_type::time_point> granted_;
+  std::vector<std::int64_t> token_;
+  std::vector<int> calls_;
+  std::vector<zklock::lock_hold> holds_;
+  std::size_t done_ = 0, extra_calls_ = 0;
+  std::error_code error_;
+};
+
+/// Polls the server every 20 ms until done() holds; throws after 120 s.
+template <class Done>
+void poll_until(Done done, const char* what) {
+  const auto until = clock_type::now() + 120s;
+  while (!done()) {
+    if (clock_type::now() > until) throw std::runtime_error(std::string{"scale: never "} + what);
+    std::this_thread::sleep_for(20ms);  // polling the server while the acquires queue
+  }
+}
+
+/// Runs one acquire and release of `m` and waits for it: zklock's completion thread and the lock
+/// object's state exist before the memory is measured.
+void warm_up(zklock::mutex& m) {
+  outcomes w{1};
+  m.async_lock([&w](std::error_code ec, zklock::lock_hold h) { w.on_grant(0, ec, std::move(h), false); });
+  w.wait_all(60s);
+  if (w.failed()) throw std::system_error(w.error(), "scale: the warm-up acquire failed");
+}
+
+bool one_path(const zklock::session_options& o, const std::string& base, int n) {
+  const std::string path = base + "/async-one-" + std::to_string(n);
+  zklock::session holder_s{o}, s{o};
+  zklock::mutex holder{holder_s, path};
+  zklock::mutex m{s, path};
+  warm_up(m);
+  holder.lock();
+  scale::raw_view raw{o.connect};
+  const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
+  outcomes out{n};
+
+  const auto rss0 = scale::rss_bytes();
+  const auto heap0 = scale::heap_bytes();
+  const auto t_issue = clock_type::now();
+  for (int i = 0; i < n; ++i)
+    m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
+  const double issue_ms = ms_since(t_issue);  // main's thread is free again from here
+  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender");
+  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
+  const double fill_ms = ms_since(t_issue);
+  const auto rss_pending = scale::rss_bytes();
+  const auto heap_pending = scale::heap_bytes();
+
+  const long long packets0 = scale::mntr(o.connect, "zk_packets_received");
+  const auto t0 = clock_type::now();
+  holder.unlock();
+  out.wait_all(300s);
+  const double drain_ms = ms_since(t0);
+  const long long packets1 = scale::mntr(o.connect, "zk_packets_received");
+
+  // in grant order: tokens must increase; handoff k is grant k-1 to grant k (the callback's release,
+  // its delete's round trip with the next waiter's notification, the completion thread's turn)
+  const auto order = out.grant_order();
+  bool in_order = true;
+  std::vector<double> handoff_us;
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    in_order = in_order && out.tokens()[order[k]] > out.tokens()[order[k - 1]];
+    handoff_us.push_back(
+        std::chrono::duration<double, std::micro>(out.granted()[order[k]] - out.granted()[order[k - 1]]).count());
+  }
+  std::sort(handoff_us.begin(), handoff_us.end());
+  auto pct = [&](double p) {
+    return handoff_us.empty() ? 0.0 : handoff_us[std::min(handoff_us.size() - 1, std::size_t(p * handoff_us.size()))];
+  };
+  std::printf(
+      "{\"scenario\":\"async_one_path\",\"pending\":%d,\"issue_ms\":%.1f,\"fill_ms\":%.0f,"
+      "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,"
+      "\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,"
+      "\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
+      n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, drain_ms,
+      n / (drain_ms / 1000), pct(0.5), pct(0.9),
+      packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, in_order ? "true" : "false",
+      out.failed() ? "true" : "false", sizeof(zklock::lock_hold));
+  std::fflush(stdout);
+  if (out.failed()) std::fprintf(stderr, "scale: async_one_path: %s\n", out.error().message().c_str());
+  return in_order && !out.failed();
+}
+
+bool many_paths(const zklock::session_options& o, const std::string& base, int n) {
+  zklock::session holder_s{o}, s{o};
+  std::vector<std::unique_ptr<zklock::mutex>> holder_locks, locks;
+  for (int i = 0; i < n; ++i) {
+    const std::string path = base + "/async-many/p" + std::to_string(i);
+    holder_locks.push_back(std::make_unique<zklock::mutex>(holder_s, path));
+    locks.push_back(std::make_unique<zklock::mutex>(s, path));
+  }
+  warm_up(*locks.front());
+  // the holders: n asynchronous acquires, granted at once (each creates its path's lock node)
+  outcomes holders{n};
+  const auto t_hold = clock_type::now();
+  for (int i = 0; i < n; ++i)
+    holder_locks[static_cast<std::size_t>(i)]->async_lock(
+        [&holders, i](std::error_code ec, zklock::lock_hold h) { holders.on_grant(i, ec, std::move(h), true); });
+  holders.wait_all(300s);
+  const double hold_ms = ms_since(t_hold);
+  if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
+  scale::raw_view raw{o.connect};
+  const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
+  outcomes out{n};
+
+  const auto rss0 = scale::rss_bytes();
+  const auto heap0 = scale::heap_bytes();
+  const auto t_issue = clock_type::now();
+  for (int i = 0; i < n; ++i)
+    locks[static_cast<std::size_t>(i)]->async_lock(
+        [&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
+  const double issue_ms = ms_since(t_issue);
+  // every path lists its holder and its waiter (the nodes are created about in issue order: each
+  // path is listed until full, then the next), and at least one more watch per waiter is armed
+  int full = 0;
+  poll_until([&] {
+    while (full < n && raw.listing(base + "/async-many/p" + std::to_string(full)).first >= 2) ++full;
+    return full == n;
+  }, "saw every contender");
+  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
+  const double fill_ms = ms_since(t_issue);
+  const auto rss_pending = scale::rss_bytes();
+  const auto heap_pending = scale::heap_bytes();
+
+  const auto t0 = clock_type::now();
+  holders.release_kept();
+  out.wait_all(300s);
+  const double drain_ms = ms_since(t0);
+  bool in_order = true;
+  for (std::size_t i = 0; i < out.tokens().size(); ++i) in_order = in_order && out.tokens()[i] > holders.tokens()[i];
+  std::printf(
+      "{\"scenario\":\"async_many_paths\",\"pending\":%d,\"holders_granted_s\":%.0f,\"issue_ms\":%.1f,"
+      "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
+      "\"drain_ms\":%.0f,\"grants_s\":%.0f,"
+      "\"in_order\":%s,\"errors\":%s}\n",
+      n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
+      drain_ms, n / (drain_ms / 1000),
+      in_order ? "true" : "false", out.failed() ? "true" : "false");
+  std::fflush(stdout);
+  if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());
+  return in_order && !out.failed();
+}
+
+}  // namespace
+
+/// Runs both asynchronous scenarios (see the banner). Returns: false if an acquire failed, a
+/// callback ran twice or a grant came out of queue order. Throws if the queue never fills.
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths) {
+  std::fprintf(stderr, "scale: %d pending asynchronous acquires on one path\n", waiters);
+  const bool one = one_path(o, base, waiters);
+  std::fprintf(stderr, "scale: %d pending asynchronous acquires across %d paths\n", paths, paths);
+  const bool many = many_paths(o, base, paths);
+  return one && many;
+}

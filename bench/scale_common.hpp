@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// scale_common — what bench/scale.cpp and bench/scale_async.cpp share: resident memory, the server's
+// "mntr" numbers and a raw C-client view of a lock node's queue (zklock offers no raw listing).
+#pragma once
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <zookeeper/zookeeper.h>
+#include "four_letter.hpp"
+
+namespace scale {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Returns: this process's resident set size in bytes.
+inline std::int64_t rss_bytes() {
+  std::ifstream f{"/proc/self/statm"};
+  std::int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+/// Returns: the bytes the heap has handed out and not got back (every malloc arena).
+inline std::int64_t heap_bytes() { return static_cast<std::int64_t>(::mallinfo2().uordblks); }
+
+/// Returns: `key`'s value in the "mntr" answer of the first host of `zk`, or -1.
+inline long long mntr(const std::string& zk, const std::string& key) {
+  const auto values = zkt::mntr(zk);
+  const auto it = values.find(key);
+  return it == values.end() ? -1 : static_cast<long long>(it->second);
+}
+
+/// Returns: milliseconds since t0.
+inline double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+/// A raw C-client handle, to look at the server's view of a queue.
+class raw_view {
+ public:
+  explicit raw_view(const std::string& zk) {
+    using namespace std::chrono_literals;
+    ::zoo_set_debug_level(static_cast<ZooLogLevel>(0));
+    zh_ = ::zookeeper_init(zk.c_str(), nullptr, 30000, nullptr, nullptr, 0);
+    if (!zh_) throw std::runtime_error("zookeeper_init failed");
+    const auto until = clock_type::now() + 30s;
+    while (::zoo_state(zh_) != ZOO_CONNECTED_STATE) {
+      if (clock_type::now() > until) throw std::runtime_error("raw handle never connected");
+      std::this_thread::sleep_for(10ms);  // polling a C handle's state
+    }
+  }
+  ~raw_view() { ::zookeeper_close(zh_); }
+  raw_view(const raw_view&) = delete;
+  raw_view& operator=(const raw_view&) = delete;
+
+  /// Returns: the number of children of `path`, and the size of the listing's reply payload in
+  /// bytes (a 4-byte count, then a 4-byte length and the bytes of each name).
+  std::pair<std::size_t, std::size_t> listing(const std::string& path) {
+    String_vector kids{};
+    if (::zoo_get_children(zh_, path.c_str(), 0, &kids) != ZOK) return {0, 0};
+    std::size_t bytes = 4;
+    for (int i = 0; i < kids.count; ++i) bytes += 4 + std::string_view{kids.data[i]}.size();
+    const auto n = static_cast<std::size_t>(kids.count);
+    ::deallocate_String_vector(&kids);
+    return {n, bytes};
+  }
+
+ private:
+  zhandle_t* zh_ = nullptr;
+};
+
+}  // namespace scale
