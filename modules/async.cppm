@@ -256,36 +256,66 @@ void deliver(session& s, const std::string& path, std::error_code ec, std::optio
   r.complete(ex, [out] { out->done(out->ec, std::move(out->held)); });
 }
 
-/// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
-/// outlives it), run on `r`'s algorithm thread: the algorithm with wake_resume, then the outcome
-/// handed to `done(std::error_code, lock_hold)` on `ex`. A pending acquire's state is this frame
-/// and that of the algorithm it awaits.
-template <LockPolicies P, class Rule, class Done>
-detached run_async(session& s, const std::string& path, Rule rule, wait_context wc, std::shared_ptr<async_runner> r,
-                   std::shared_ptr<pending_acquires> reg, std::uint64_t id, std::stop_source own, executor ex,
-                   Done done) {
+/// Returns: the error an asynchronous acquire reports for the exception `e` of the algorithm.
+inline std::error_code error_of(const std::exception_ptr& e) noexcept {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& x) {
+    return x.code();
+  } catch (const std::bad_alloc&) {
+    return std::make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    return make_error_code(errc::system_error);
+  }
+}
+
+/// The bookkeeping of one asynchronous acquire: where it runs, its lock object's registry entry
+/// and its own stop source (a stop request, or the lock object going, ends its wait).
+struct async_ticket {
+  std::shared_ptr<async_runner> runner;
+  std::shared_ptr<pending_acquires> registry;
+  std::uint64_t id;
+  std::stop_source stop;
+};
+
+/// Effects: ends an asynchronous acquire: reports it to P's hooks if the algorithm returned (`g`),
+/// makes its outcome (the hold; else errc::session_closed if its lock object is going,
+/// errc::cancelled if `stopped`, errc::lock_timeout; or the error of `error`), hands it to `done`
+/// on `ex`, then leaves the lock object's registry.
+template <LockPolicies P, class Done>
+void finish_async(session& s, const std::string& path, acquire_probe<P>& probe, std::optional<std::optional<grant>> g,
+                  const std::exception_ptr& error, bool stopped, const async_ticket& t, const executor& ex,
+                  Done&& done) {
   std::error_code ec;
   std::optional<hold> h;
-  {
-    const std::stop_callback<stop_relay> link{wc.stop, stop_relay{own}};
-    acquire_probe<P> probe;
-    try {
-      h = probe.finish(path, co_await acquire_node<typename P::watch, wake_resume>(
-                                 s, path, rule, wait_context{wc.deadline, own.get_token()}, probe.counters()));
-      if (!h)
-        ec = make_error_code(reg->closing()              ? errc::session_closed
-                             : wc.stop.stop_requested() ? errc::cancelled
-                                                        : errc::lock_timeout);
-    } catch (const std::system_error& e) {
-      ec = e.code();
-    } catch (const std::bad_alloc&) {
-      ec = std::make_error_code(std::errc::not_enough_memory);
-    } catch (...) {
-      ec = make_error_code(errc::system_error);
-    }
+  if (g) {
+    h = probe.finish(path, std::move(*g));
+    if (!h)
+      ec = make_error_code(t.registry->closing() ? errc::session_closed
+                           : stopped             ? errc::cancelled
+                                                 : errc::lock_timeout);
+  } else {
+    ec = error_of(error);
   }
-  deliver<typename P::hooks>(s, path, ec, std::move(h), *r, ex, std::move(done));
-  reg->remove(id);
+  deliver<typename P::hooks>(s, path, ec, std::move(h), *t.runner, ex, std::forward<Done>(done));
+  t.registry->remove(t.id);
+}
+
+/// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
+/// outlives it), run on the runner's algorithm thread: the algorithm with wake_resume, then the
+/// outcome handed to `done(std::error_code, lock_hold)` on `ex`. A pending acquire's state is this
+/// frame and those of the algorithm it awaits (kept small: the work before and after the wait is
+/// done by plain functions).
+template <LockPolicies P, class Rule, class Done>
+detached run_async(session& s, const std::string& path, Rule rule, wait_context wc, async_ticket t, executor ex,
+                   Done done) {
+  acquire_probe<P> probe;
+  const std::stop_callback<stop_relay> link{wc.stop, stop_relay{t.stop}};
+  auto out = co_await acquire_node<typename P::watch, wake_resume>(s, path, rule,
+                                                                   wait_context{wc.deadline, t.stop.get_token()},
+                                                                   probe.counters())
+                 .settled();
+  finish_async<P>(s, path, probe, std::move(out.value), out.error, wc.stop.stop_requested(), t, ex, std::move(done));
 }
 
 /// The asynchronous side of a lock object: starts its acquires and, when the object goes, stops
@@ -296,7 +326,8 @@ class async_side {
   /// Effects: the asynchronous side of the lock node `path` (which must outlive it) on `s`.
   async_side(session& s, const std::string& path) : s_(s), path_(path) {}
   /// Effects: stops every pending acquire and waits until each has completed (session_closed).
-  ~async_side() { pending_->close(runner_if_any(s_).get()); }
+  /// Touches no session: a lock object that never acquired asynchronously may outlive its session.
+  ~async_side() { pending_->close(runner_.get()); }
   async_side(const async_side&) = delete;
   async_side& operator=(const async_side&) = delete;
 
@@ -305,13 +336,15 @@ class async_side {
   /// Throws: std::system_error if the runner's threads cannot be started; std::bad_alloc.
   template <class Rule, class Done>
   void start(const Rule& rule, const wait_context& wc, executor ex, Done done) {
-    auto r = runner_of(s_);
+    if (!runner_) runner_ = runner_of(s_);
+    const auto& r = runner_;
     const wait_context bounded{std::min(wc.deadline, P::timeout::lock_deadline(clock::now())), wc.stop};
     auto [id, own] = pending_->add();
     r->begin_acquire();
     try {
-      const auto task =
-          run_async<P>(s_, path_, rule, bounded, r, pending_, id, own, std::move(ex), std::move(done)).handle;
+      const auto task = run_async<P>(s_, path_, rule, bounded, async_ticket{r, pending_, id, own}, std::move(ex),
+                                     std::move(done))
+                            .handle;
       try {
         r->post(std::coroutine_handle<>{task});
       } catch (...) {
@@ -337,6 +370,7 @@ class async_side {
   session& s_;
   const std::string& path_;
   std::shared_ptr<pending_acquires> pending_ = std::make_shared<pending_acquires>();
+  std::shared_ptr<async_runner> runner_;  // the session's, from the first asynchronous acquire on
 };
 
 }  // namespace zklock::detail

@@ -84,6 +84,22 @@ class [[nodiscard]] step {
     return std::move(*h_.promise().value);
   }
 
+  /// What `co_await x.settled()` gives: the coroutine's result, or the exception it threw.
+  struct outcome {
+    std::optional<T> value;
+    std::exception_ptr error;
+  };
+  /// Returns: an awaitable of the coroutine that gives its outcome instead of throwing.
+  auto settled() noexcept {
+    struct awaiter {
+      step& s;
+      bool await_ready() const noexcept { return false; }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept { return s.await_suspend(caller); }
+      outcome await_resume() noexcept { return {std::move(s.h_.promise().value), s.h_.promise().error}; }
+    };
+    return awaiter{*this};
+  }
+
   /// Effects: runs the coroutine to its end on this thread (it must never suspend: every wait of a
   /// blocking wake-up model blocks instead). Returns, Throws: as await_resume.
   T run() {
@@ -228,9 +244,6 @@ concept ResumingWakeup = requires { requires W::resumes; };
 /// Returns: the runner of `s`, started by the first call. Throws: std::system_error if its threads
 /// cannot be started.
 std::shared_ptr<async_runner> runner_of(session& s);
-
-/// Returns: the runner of `s` if it has one (no asynchronous acquire ever started: none).
-std::shared_ptr<async_runner> runner_if_any(session& s) noexcept;
 
 /// Returns: a new waiter of the model `W` for a wait of an acquire on `s`.
 template <class W>

@@ -284,10 +284,4 @@ std::shared_ptr<async_runner> runner_of(session& sess) {
   return s.runner;
 }
 
-std::shared_ptr<async_runner> runner_if_any(session& sess) noexcept {
-  session_impl& s = sess.impl();
-  std::lock_guard lk{s.runner_mu};
-  return s.runner;
-}
-
 }  // namespace zklock::detail

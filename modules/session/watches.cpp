@@ -18,6 +18,7 @@ module;
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -47,7 +48,8 @@ struct watch_group {
 // request, so the ZooKeeper event thread never waits long on it.
 std::mutex g_watch_mu;
 std::unordered_map<std::uint64_t, watch_group> g_groups;  // by id = the watcher's context
-std::map<std::tuple<const session_impl*, std::string, bool>, std::uint64_t> g_open;  // armed groups
+// Armed groups by (session, path, kind); the path is a view of the group's own (one copy per group).
+std::map<std::tuple<const session_impl*, std::string_view, bool>, std::uint64_t> g_open;
 std::uint64_t g_next_group = 1;
 
 void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
@@ -59,7 +61,7 @@ std::vector<std::shared_ptr<wake_target>> take_group(std::uint64_t id) {
   if (it == g_groups.end()) return out;
   for (auto& w : it->second.waiters)
     if (auto t = w.lock()) out.push_back(std::move(t));
-  g_open.erase({it->second.owner, it->second.path, it->second.children});
+  g_open.erase({it->second.owner, std::string_view{it->second.path}, it->second.children});
   g_groups.erase(it);
   return out;
 }
@@ -84,20 +86,26 @@ extern "C" void node_watcher(zhandle_t*, int type, int state, const char*, void*
 std::uint64_t join_group(const session_impl* owner, const std::string& path, bool children,
                          const std::shared_ptr<wake_target>& t) {
   std::lock_guard lk{g_watch_mu};
-  auto [it, fresh] = g_open.try_emplace({owner, path, children}, 0);
-  if (fresh) {
-    it->second = g_next_group++;
-    g_groups.emplace(it->second, watch_group{owner, path, children, {}});
+  auto open = g_open.find({owner, std::string_view{path}, children});
+  if (open == g_open.end()) {
+    const std::uint64_t id = g_next_group++;
+    const auto& g = g_groups.emplace(id, watch_group{owner, path, children, {}}).first->second;
+    try {
+      open = g_open.emplace(std::tuple{owner, std::string_view{g.path}, children}, id).first;
+    } catch (...) {
+      g_groups.erase(id);
+      throw;
+    }
   }
-  g_groups[it->second].waiters.push_back(t);
-  return it->second;
+  g_groups[open->second].waiters.push_back(t);
+  return open->second;
 }
 
 /// Effects: removes `t` from the group of (owner, path, data) without asking the server (the watch
 /// was not armed). Never throws.
 void leave_group(const session_impl* owner, const std::string& path, const wake_target* t) noexcept {
   std::lock_guard lk{g_watch_mu};
-  auto open = g_open.find({owner, path, false});
+  auto open = g_open.find({owner, std::string_view{path}, false});
   if (open == g_open.end()) return;
   auto& waiters = g_groups[open->second].waiters;
   std::erase_if(waiters, [&](const std::weak_ptr<wake_target>& w) {
@@ -105,8 +113,9 @@ void leave_group(const session_impl* owner, const std::string& path, const wake_
     return !p || p.get() == t;
   });
   if (waiters.empty()) {
-    g_groups.erase(open->second);
-    g_open.erase(open);
+    const std::uint64_t id = open->second;
+    g_open.erase(open);  // first: its key views the group's path
+    g_groups.erase(id);
   }
 }
 
@@ -184,7 +193,7 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
     connected = s.st == session_state::connected;
   }
   std::lock_guard lk{g_watch_mu};  // held while queueing the removal: a later join is sent after it
-  auto open = g_open.find({&s, path, children});
+  auto open = g_open.find({&s, std::string_view{path}, children});
   if (open == g_open.end()) return;  // fired already
   auto& waiters = g_groups[open->second].waiters;
   std::erase_if(waiters, [&](const std::weak_ptr<wake_target>& w) {
@@ -192,8 +201,9 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
     return !t || t.get() == watcher;
   });
   if (!waiters.empty()) return;
-  g_groups.erase(open->second);
-  g_open.erase(open);
+  const std::uint64_t id = open->second;
+  g_open.erase(open);  // first: its key views the group's path
+  g_groups.erase(id);
   // Removing one watcher only checks it on the server (the server keeps one watch per path and
   // kind for the connection): remove them all, which are ours alone. Connected: ask the server
   // (queued now, answered later; the client forgets its watcher with the answer). Disconnected:
