@@ -302,21 +302,43 @@ void finish_async(session& s, const std::string& path, acquire_probe<P>& probe, 
 }
 
 /// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
-/// outlives it), run on the runner's algorithm thread: the algorithm with wake_resume, then the
-/// outcome handed to `done(std::error_code, lock_hold)` on `ex`. A pending acquire's state is this
-/// frame and those of the algorithm it awaits (kept small: the work before and after the wait is
-/// done by plain functions).
+/// outlives it): what it needs besides the algorithm's own frames, on the heap until it ends.
+/// The algorithm (acquire_node with wake_resume) runs detached on the runner's algorithm thread;
+/// when it ends, `finished` hands the outcome to `done(std::error_code, lock_hold)` on `ex`.
 template <LockPolicies P, class Rule, class Done>
-detached run_async(session& s, const std::string& path, Rule rule, wait_context wc, async_ticket t, executor ex,
-                   Done done) {
-  acquire_probe<P> probe;
-  const std::stop_callback<stop_relay> link{wc.stop, stop_relay{t.stop}};
-  auto out = co_await acquire_node<typename P::watch, wake_resume>(s, path, rule,
-                                                                   wait_context{wc.deadline, t.stop.get_token()},
-                                                                   probe.counters())
-                 .settled();
-  finish_async<P>(s, path, probe, std::move(out.value), out.error, wc.stop.stop_requested(), t, ex, std::move(done));
-}
+struct async_acquire {
+  session& s;
+  const std::string& path;
+  Rule rule;
+  std::stop_token user_stop;  // the caller's (its wait_context's)
+  async_ticket t;
+  wait_context wc;  // the deadline, and the ticket's stop token
+  executor ex;
+  Done done;
+  acquire_probe<P> probe{};
+  std::stop_callback<stop_relay> link{user_stop, stop_relay{t.stop}};  // a user's stop ends the wait
+
+  using algorithm = step<std::optional<grant>>;
+
+  /// Effects: the algorithm ended: takes its outcome, frees its frame and this, and finishes.
+  static void finished(std::coroutine_handle<algorithm::promise_type> h, void* self) noexcept {
+    std::unique_ptr<async_acquire> a{static_cast<async_acquire*>(self)};
+    std::optional<std::optional<grant>> g = std::move(h.promise().value);
+    const std::exception_ptr error = h.promise().error;
+    h.destroy();
+    finish_async<P>(a->s, a->path, a->probe, std::move(g), error, a->user_stop.stop_requested(), a->t, a->ex,
+                    std::move(a->done));
+  }
+
+  /// Returns: the detached algorithm of `a`, to resume once on the algorithm thread (from then on
+  /// it owns `a`).
+  static std::coroutine_handle<> make(std::unique_ptr<async_acquire>& a) {
+    auto h = acquire_node<typename P::watch, wake_resume>(a->s, a->path, a->rule, a->wc, a->probe.counters())
+                 .detach(&finished, a.get());
+    a.release();
+    return h;
+  }
+};
 
 /// The asynchronous side of a lock object: starts its acquires and, when the object goes, stops
 /// and awaits those still pending.
@@ -342,13 +364,17 @@ class async_side {
     auto [id, own] = pending_->add();
     r->begin_acquire();
     try {
-      const auto task = run_async<P>(s_, path_, rule, bounded, async_ticket{r, pending_, id, own}, std::move(ex),
-                                     std::move(done))
-                            .handle;
+      using acquire = async_acquire<P, Rule, Done>;
+      auto a = std::unique_ptr<acquire>{new acquire{s_, path_, rule, wc.stop, async_ticket{r, pending_, id, own},
+                                                    wait_context{bounded.deadline, own.get_token()}, std::move(ex),
+                                                    std::move(done), acquire_probe<P>{}}};
+      acquire* const raw = a.get();
+      const auto task = acquire::make(a);  // from here on the algorithm owns `*raw`
       try {
-        r->post(std::coroutine_handle<>{task});
+        r->post(task);
       } catch (...) {
-        task.destroy();
+        task.destroy();  // never started: its frame only refers to `*raw`
+        delete raw;
         throw;
       }
     } catch (...) {

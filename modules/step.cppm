@@ -47,14 +47,18 @@ class [[nodiscard]] step {
     std::optional<T> value;
     std::exception_ptr error;
     std::coroutine_handle<> continuation;
+    void (*on_done)(std::coroutine_handle<promise_type>, void*) noexcept = nullptr;  // see detach
+    void* done_context = nullptr;
 
     step get_return_object() noexcept { return step{std::coroutine_handle<promise_type>::from_promise(*this)}; }
     std::suspend_always initial_suspend() noexcept { return {}; }
     struct final_awaiter {
       bool await_ready() noexcept { return false; }
       std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-        const auto c = h.promise().continuation;
-        return c ? c : std::noop_coroutine();
+        auto& p = h.promise();
+        if (p.continuation) return p.continuation;
+        if (p.on_done) p.on_done(h, p.done_context);  // takes the result and destroys the frame
+        return std::noop_coroutine();
       }
       void await_resume() noexcept {}
     };
@@ -84,20 +88,14 @@ class [[nodiscard]] step {
     return std::move(*h_.promise().value);
   }
 
-  /// What `co_await x.settled()` gives: the coroutine's result, or the exception it threw.
-  struct outcome {
-    std::optional<T> value;
-    std::exception_ptr error;
-  };
-  /// Returns: an awaitable of the coroutine that gives its outcome instead of throwing.
-  auto settled() noexcept {
-    struct awaiter {
-      step& s;
-      bool await_ready() const noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept { return s.await_suspend(caller); }
-      outcome await_resume() noexcept { return {std::move(s.h_.promise().value), s.h_.promise().error}; }
-    };
-    return awaiter{*this};
+  /// Effects: gives the coroutine up to run on its own: when it ends, it calls
+  /// `done(handle, context)`, which must take its result (promise().value or .error) and destroy
+  /// it. Returns: its handle, to resume once to start it.
+  std::coroutine_handle<> detach(void (*done)(std::coroutine_handle<promise_type>, void*) noexcept,
+                                 void* context) && noexcept {
+    h_.promise().on_done = done;
+    h_.promise().done_context = context;
+    return std::exchange(h_, {});
   }
 
   /// Effects: runs the coroutine to its end on this thread (it must never suspend: every wait of a
@@ -111,19 +109,6 @@ class [[nodiscard]] step {
  private:
   explicit step(std::coroutine_handle<promise_type> h) noexcept : h_(h) {}
   std::coroutine_handle<promise_type> h_;
-};
-
-/// A coroutine nobody awaits: started by posting its handle; its frame frees itself at the end.
-/// Its body must catch everything (an escaping exception terminates).
-struct detached {
-  struct promise_type {
-    detached get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
 };
 
 class resume_waiter;
