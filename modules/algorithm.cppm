@@ -127,7 +127,8 @@ class attempt {
   /// contenders ahead fire once more, harmlessly: they wake nobody).
   /// Throws: errc::session_expired if the node's session is no longer the live one (given up or
   /// expired meanwhile: its node goes with it, so it is nobody's grant); std::bad_alloc.
-  grant granted() {
+  /// `waited`: the grant came after a wait (see held_node::waited).
+  grant granted(bool waited) {
     if (!session_alive_for(s_, node_)) {
       node_gone_ = true;  // nothing this session could delete: the old session takes it along
       throw_error(errc::session_expired, "zklock: the session of our contender node " + node_.path +
@@ -136,6 +137,8 @@ class attempt {
     if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
     relay_->point_at(nullptr);
     granted_ = true;
+    node_.waited = waited;
+    node_.granted_at = clock::now();
     return grant{std::move(node_), std::move(guard_)};
   }
 
@@ -293,6 +296,12 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
                                       const wait_context& wc, acquire_counters* count) {
   const clock::time_point deadline = wc.deadline;
   if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
+  // Our last release of this lock may still be on its way (settle_before_requeue): queue once it
+  // is answered. A try without a wait does not wait for it.
+  if (clock::now() < deadline && !release_settled(s, lock_path, nullptr)) {
+    auto settled = [&s, &lock_path](const std::shared_ptr<wake_target>& w) { return release_settled(s, lock_path, w); };
+    if (!co_await wait_until_ready<Wakeup>(s, settled, deadline, wc.stop)) co_return std::nullopt;
+  }
   // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
   // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
   std::optional<attempt<Wakeup>> attempted;
@@ -328,7 +337,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       const auto me = static_cast<std::size_t>(mine - queue.begin());
       if (count && first) count->position = me;
       const standing st = stand(rule, std::span<const contender>{queue}, me);
-      if (st.held()) co_return at.granted();
+      if (st.held()) co_return at.granted(!first);
       if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
       // Not yet: wait as the watch strategy says, then look again (or take the grant).
       ahead = st.ahead.size();
@@ -354,16 +363,16 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     std::optional<wait_outcome> outcome;
     while (!(outcome = grant_on_deletion(at, seen, other)))
       if (!co_await at.wait(deadline)) co_return std::nullopt;
-    if (*outcome == wait_outcome::granted) co_return at.granted();
+    if (*outcome == wait_outcome::granted) co_return at.granted(true);
     list(nullptr);
   }
 }
 
-/// Effects: after the session's generation `generation` ended, waits until a later one is
-/// connected, `deadline` passes or a stop is requested on `stop`. Returns: true once one is
-/// connected; false at the deadline or on the stop. Throws: as next_session_ready.
-template <AlgorithmWakeup Wakeup>
-step<bool> next_session(session& s, std::uint64_t generation, clock::time_point deadline, std::stop_token stop) {
+/// Effects: waits until `ready(waiter)` says so (it registers the waiter to be woken when it may
+/// change), `deadline` passes or a stop is requested on `stop`. Returns: true once ready; false at
+/// the deadline or on the stop. Throws: what `ready` throws.
+template <AlgorithmWakeup Wakeup, class Ready>
+step<bool> wait_until_ready(session& s, Ready ready, clock::time_point deadline, std::stop_token stop) {
   for (;;) {
     const auto w = new_waiter<Wakeup>(s);
     struct waker {
@@ -372,9 +381,18 @@ step<bool> next_session(session& s, std::uint64_t generation, clock::time_point 
     };
     const std::stop_callback<waker> on_stop{stop, waker{w}};
     if (stop.stop_requested()) co_return false;
-    if (next_session_ready(s, generation, w)) co_return true;
+    if (ready(std::shared_ptr<wake_target>{w})) co_return true;
     if (!co_await wait_on<Wakeup>{*w, deadline} && clock::now() >= deadline) co_return false;
   }
+}
+
+/// Effects: after the session's generation `generation` ended, waits until a later one is
+/// connected, `deadline` passes or a stop is requested on `stop`. Returns: true once one is
+/// connected; false at the deadline or on the stop. Throws: as next_session_ready.
+template <AlgorithmWakeup Wakeup>
+step<bool> next_session(session& s, std::uint64_t generation, clock::time_point deadline, std::stop_token stop) {
+  auto ready = [&s, generation](const std::shared_ptr<wake_target>& w) { return next_session_ready(s, generation, w); };
+  return wait_until_ready<Wakeup>(s, ready, deadline, stop);
 }
 
 /// The one algorithm: queue_once, and again on the next session when the session ends while we

@@ -44,6 +44,8 @@ struct held_node {
   std::string path;          ///< full path of the node
   std::int64_t czxid = 0;    ///< its creation zxid: the fencing token
   std::uint64_t generation = 0;  ///< session generation it was created in
+  bool waited = false;           ///< its grant came after a wait (others were ahead of it)
+  clock::time_point granted_at{};  ///< when it was granted (time_point{}: not granted yet)
 };
 
 /// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
@@ -153,6 +155,11 @@ void drop_watch(session& s, const std::string& path, bool children, const wake_t
 /// ends), else an empty code (deleted, already gone, or to be sent or retried in the background).
 /// Never throws.
 std::error_code release_node(session& s, const held_node& n) noexcept;
+
+/// Returns: true unless a release of ours under `lock_path` is still waiting for its delete's reply
+/// and this session's next acquire there should queue behind that reply (settle_before_requeue);
+/// then false, and `w`, if given, is woken when a release of the session settles.
+bool release_settled(session& s, const std::string& lock_path, const std::shared_ptr<wake_target>& w);
 
 /// Effects: after the session's generation `generation` ended (expired, or given up after a long
 /// disconnection), waits until a later generation is connected.

@@ -49,6 +49,20 @@ class round_trip_meter {
   int n_ = 0;
 };
 
+/// Returns: whether a session's next acquire of a lock should wait for the reply to the delete
+/// that released its last hold there (session_options::background_release) before it queues
+/// again. Yes only when the round trip `rtt` is far (longer than `far`; zero: any measured round
+/// trip is far; microseconds::max(): never), the released hold had to wait for its grant
+/// (`contended`), so others queue on this lock, and it lasted `held_for` of at least one round
+/// trip, so they likely hold as long: then the waiting costs the releaser nothing (it will queue
+/// behind them anyway), and its create, listing and watches stay off the wire and the server while
+/// the delete hands the lock over. No without a measured round trip.
+constexpr bool settle_before_requeue(bool contended, clock::duration held_for, std::optional<clock::duration> rtt,
+                                     std::chrono::microseconds far) noexcept {
+  if (!contended || !rtt || far == std::chrono::microseconds::max()) return false;
+  return *rtt > far && held_for >= *rtt;
+}
+
 // ---- checks of what users pass in ---------------------------------------------------------------
 
 /// Effects: checks that `path` is an absolute ZooKeeper path zklock may use (no empty, relative,

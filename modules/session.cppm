@@ -60,6 +60,12 @@ struct session_options {
   /// lock(), is served after the delete; another session may still see the node for that round
   /// trip (and is granted only after it is gone). A delete whose reply is lost is retried in the
   /// background, as always. Default false: the node is gone when unlock() returns.
+  /// When a released hold had waited for its grant and lasted at least a round trip, and round
+  /// trips are far (longer than look_ahead_round_trip, measured), this session's next acquire of
+  /// the same lock queues only once that delete is answered: the lock is not going to be free for
+  /// it sooner (others queue ahead and hold as long), and its create, listing and watches then stay
+  /// off the connection and the server while the delete hands the lock over. (An acquire that may
+  /// not wait, such as try_lock(), queues at once.)
   bool background_release = false;
   /// A semaphore's waiting contender watches as many leases ahead as may remain when it holds (L)
   /// while a round trip to the server is at most this long, and twice as many (2L) when it is

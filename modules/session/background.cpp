@@ -6,6 +6,7 @@
 // on the C client's completion thread, which hands unknown outcomes back to the worker.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -56,6 +57,7 @@ void log_refused_delete(const std::string& path, int rc) noexcept {
 struct background_delete {
   session_impl* s;
   pending_delete p;
+  std::string settle;  // non-empty: the lock path whose next acquire waits for this reply
 };
 
 /// Ends a background request when a completion returns, whichever way it returns.
@@ -68,13 +70,19 @@ struct background_done {
 /// completion owns the box from then on and ends the request with a background_done.
 /// Returns: false if it could not be sent (then nothing was done); true also if the handle is gone.
 template <class Send>
-bool send_in_background(session_impl& s, const pending_delete& p, Send send) {
+bool send_in_background(session_impl& s, const pending_delete& p, Send send, std::string settle = {}) {
   std::shared_lock hl{s.handle_mu};
   if (!s.zh) return true;
-  auto box = std::make_unique<background_delete>(background_delete{&s, p});
+  auto box = std::make_unique<background_delete>(background_delete{&s, p, std::move(settle)});
+  if (!box->settle.empty()) {
+    std::lock_guard lk{s.mu};
+    s.settling.push_back(box->settle);
+    s.settling_count.store(s.settling.size(), std::memory_order_release);
+  }
   s.begin_background();
   if (send(s.zh, box.get()) != ZOK) {
     s.end_background();
+    if (!box->settle.empty()) s.end_settle(box->settle);
     return false;
   }
   box.release();  // owned by the completion now, which always comes (reply, loss or close)
@@ -103,6 +111,7 @@ extern "C" void on_prefixed_listing(int rc, const struct String_vector* kids, co
 extern "C" void on_background_delete(int rc, const void* data) noexcept {
   std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
   const background_done done{box->s};
+  if (!box->settle.empty()) box->s->end_settle(box->settle);  // answered, or never will be: queue again
   log_refused_delete(box->p.path, rc);
   if (!unknown_outcome(rc)) return;
   try {
@@ -156,10 +165,35 @@ void session_impl::end_background() noexcept {
 
 /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
 /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
-bool session_impl::delete_in_background(const pending_delete& p) {
-  return send_in_background(*this, p, [](zhandle_t* h, background_delete* box) {
-    return zoo_adelete(h, box->p.path.c_str(), -1, &on_background_delete, box);
-  });
+bool session_impl::delete_in_background(const pending_delete& p, std::string settle) {
+  return send_in_background(
+      *this, p,
+      [](zhandle_t* h, background_delete* box) {
+        return zoo_adelete(h, box->p.path.c_str(), -1, &on_background_delete, box);
+      },
+      std::move(settle));
+}
+
+void session_impl::end_settle(const std::string& lock_path) noexcept {
+  std::vector<std::weak_ptr<wake_target>> woken;
+  {
+    std::lock_guard lk{mu};
+    const auto it = std::find(settling.begin(), settling.end(), lock_path);
+    if (it != settling.end()) settling.erase(it);
+    settling_count.store(settling.size(), std::memory_order_release);
+    woken.swap(settle_waiters);
+  }
+  for (auto& w : woken)
+    if (auto t = w.lock()) t->wake();
+}
+
+bool release_settled(session& sess, const std::string& lock_path, const std::shared_ptr<wake_target>& w) {
+  session_impl& s = sess.impl();
+  if (s.settling_count.load(std::memory_order_acquire) == 0) return true;
+  std::lock_guard lk{s.mu};
+  if (std::find(s.settling.begin(), s.settling.end(), lock_path) == s.settling.end()) return true;
+  if (w) s.settle_waiters.push_back(w);
+  return false;
 }
 
 /// Effects: hands `p` to the worker, unless its session is gone (and the node with it).
@@ -183,7 +217,13 @@ std::error_code release_node(session& sess, const held_node& n) noexcept {
         return {};
       }
     }
-    if (s.opts.background_release && s.delete_in_background(p)) return {};
+    if (s.opts.background_release) {
+      std::string settle;  // this session's next acquire of the lock queues behind the reply?
+      if (settle_before_requeue(n.waited, clock::now() - n.granted_at, s.round_trips.estimate(),
+                                s.opts.look_ahead_round_trip))
+        settle = n.path.substr(0, n.path.rfind('/'));
+      if (s.delete_in_background(p, std::move(settle))) return {};
+    }
     int rc = ZOK;
     if (!s.delete_now(p, &rc)) s.defer_delete(std::move(p));
     if (refused_delete(rc)) return make_error_code(static_cast<errc>(rc));

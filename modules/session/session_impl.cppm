@@ -92,6 +92,11 @@ struct session_impl {
   std::deque<session_state> events;
   std::vector<pending_delete> pending;
   std::size_t inflight = 0;  // background requests sent whose completion has not run yet
+  // Lock paths of background deletes in flight that this session's next acquire there waits for
+  // (settle_before_requeue; one entry per delete), and the acquires waiting for one to settle.
+  std::vector<std::string> settling;
+  std::vector<std::weak_ptr<wake_target>> settle_waiters;
+  std::atomic<std::size_t> settling_count{0};  // settling.size(), read without mu
   std::unordered_set<std::string> deletable;  // lock paths whose ACL lets us delete our nodes
   std::vector<std::stop_source> stops;  // to request on the worker (from watch callbacks)
   std::stop_source loss;          // of the current generation: fired when its holds are lost
@@ -202,7 +207,12 @@ struct session_impl {
 
   /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
   /// if the outcome is unknown. Returns: false if it could not be sent (then nothing was done).
-  bool delete_in_background(const pending_delete& p);
+  /// A non-empty `settle` (the lock path) makes this session's next acquire there wait for the
+  /// reply (see release_settled).
+  bool delete_in_background(const pending_delete& p, std::string settle = {});
+
+  /// Effects: forgets one settling delete under `lock_path` and wakes the acquires waiting for one.
+  void end_settle(const std::string& lock_path) noexcept;
 
   /// Effects: hands `p` to the worker, which sends it once connected (unless its session is gone).
   void defer_delete(pending_delete p);

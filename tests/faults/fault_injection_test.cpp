@@ -734,6 +734,111 @@ TEST(FaultInjection, BackgroundDeleteLostInAPartitionIsRetried) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// 3c. A long contended hold released in the background while round trips count as far
+// (settle_before_requeue): the session's next acquire of that lock queues only once the delete is
+// answered, so that its create does not share the wire and the server with the handoff's delete.
+// The proxy holds every byte of the session while it releases and tries again. Far: the delete
+// arrives, the try ends at its deadline, then the session acquires another lock; one connection
+// keeps its requests in order, so once that create has arrived, any create of the try would have
+// arrived before it, and none did. Near: the create of a lock() arrives right behind the delete.
+/// Returns: the paths of the creates (create2) the proxy holds.
+std::vector<std::string> held_creates(zk_proxy& proxy) {
+  std::istringstream in{proxy.command("paths 15")};
+  std::string word;
+  in >> word;  // "ok"
+  std::vector<std::string> paths;
+  while (in >> word) paths.push_back(word);
+  return paths;
+}
+
+/// Returns: how many of `paths` are under `lock_path`.
+long under(const std::vector<std::string>& paths, const std::string& lock_path) {
+  return std::count_if(paths.begin(), paths.end(), [&](const std::string& p) { return p.starts_with(lock_path + "/"); });
+}
+
+enum class again { far_blocking, far_async, near };
+
+void release_then_queue_again_behind_a_blackhole(again how) {
+  const bool far = how != again::near;
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-settle");
+  const auto marker_path = path + "-marker";
+  zkt::create_path(path);
+  zkt::create_path(marker_path);
+  const auto timeout = scaled(6000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.background_release = true;
+  o.loss_tolerance = timeout;
+  o.look_ahead_round_trip = far ? std::chrono::microseconds::zero() : std::chrono::microseconds::max();
+  zklock::session s{o};
+  bounded_mutex m{s, path};
+  bounded_mutex marker{s, marker_path};
+  zklock::session holder_s{opts(zk.connect(), timeout)};
+  bounded_mutex holder{holder_s, path};
+
+  marker.lock();  // its first use asks the server more than a create: get that done now
+  marker.unlock();
+  holder.lock();
+  auto waiter = lock_async(m);  // contended: its grant comes after a wait
+  ASSERT_TRUE(zkt::await_children(path, 2));
+  holder.unlock();
+  ASSERT_EQ(waiter.wait_for(scaled(30s)), std::future_status::ready);
+  ASSERT_TRUE(waiter.get().held);
+  std::this_thread::sleep_for(100ms);  // the hold itself: far longer than a loopback round trip
+
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  m.unlock();  // in the background: the delete waits in the proxy, unanswered
+  const auto until = steady_clock::now() + scaled(30s);
+  while (proxy.command("held 2") != "ok 1" && steady_clock::now() < until)
+    std::this_thread::sleep_for(2ms);  // polling the proxy for the delete's arrival
+  ASSERT_EQ(proxy.command("held 2"), "ok 1") << "the release's delete never reached the proxy";
+  if (far) {
+    if (how == again::far_blocking) {
+      EXPECT_FALSE(m.try_lock_for(scaled(300ms))) << "granted while the session's bytes were held";
+    } else {  // the asynchronous acquire waits for the release the same way
+      std::promise<std::error_code> outcome;
+      m.async_lock(zklock::wait_context{steady_clock::now() + scaled(300ms)},
+                   [&outcome](std::error_code ec, zklock::lock_hold) { outcome.set_value(ec); });
+      auto done = outcome.get_future();
+      ASSERT_EQ(done.wait_for(scaled(30s)), std::future_status::ready);
+      EXPECT_EQ(done.get(), make_error_code(zklock::errc::lock_timeout));
+    }
+    auto marked = lock_async(marker);  // its create follows anything the try sent
+    std::vector<std::string> creates;
+    while (under(creates = held_creates(proxy), marker_path) == 0 && steady_clock::now() < until)
+      std::this_thread::sleep_for(2ms);  // polling the proxy for the marker's arrival
+    EXPECT_EQ(proxy.command("heal"), "ok normal");
+    ASSERT_EQ(under(creates, marker_path), 1) << "the marker's create never reached the proxy";
+    EXPECT_EQ(under(creates, path), 0) << "the try created its node before the release's delete was answered";
+    ASSERT_EQ(marked.wait_for(scaled(30s)), std::future_status::ready);
+    ASSERT_TRUE(marked.get().held);
+    marker.unlock();
+    EXPECT_TRUE(m.try_lock_for(scaled(30s)));  // once the delete is answered it queues at once
+  } else {
+    auto again = lock_async(m);
+    std::vector<std::string> creates;
+    while (under(creates = held_creates(proxy), path) == 0 && steady_clock::now() < until)
+      std::this_thread::sleep_for(2ms);  // polling the proxy for the create's arrival
+    EXPECT_EQ(proxy.command("heal"), "ok normal");
+    EXPECT_EQ(under(creates, path), 1) << "with near round trips the create should follow the delete at once";
+    ASSERT_EQ(again.wait_for(scaled(30s)), std::future_status::ready);
+    ASSERT_TRUE(again.get().held);
+  }
+  m.unlock();
+  EXPECT_TRUE(zkt::await_children(path, 0)) << "a node of the release or of the acquire stayed behind";
+}
+
+TEST(FaultInjection, AFarSessionQueuesAgainOnlyOnceItsReleaseIsAnswered) {
+  release_then_queue_again_behind_a_blackhole(again::far_blocking);
+}
+
+TEST(FaultInjection, AFarSessionsAsyncAcquireQueuesAgainOnlyOnceItsReleaseIsAnswered) {
+  release_then_queue_again_behind_a_blackhole(again::far_async);
+}
+
+TEST(FaultInjection, ANearSessionQueuesAgainRightBehindItsRelease) { release_then_queue_again_behind_a_blackhole(again::near); }
+
 // 3. A create whose reply never arrives. The server is paused, then lock() sends its create, which
 // waits in the server's socket; the client gives the connection up (outcome unknown). A proxy in
 // front of the server holds the client's reconnect while the server resumes and executes the

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The mode rules: who holds, and what each waiter watches.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
@@ -163,4 +164,19 @@ TEST(RoundTripMeter, TheRecentMinimumOfTwoRunsOfSixteen) {
   EXPECT_EQ(m.estimate(), microseconds{3000});
   for (int i = 0; i < 16; ++i) m.note(microseconds{150});
   EXPECT_EQ(m.estimate(), microseconds{150});
+}
+
+TEST(SettleBeforeRequeue, OnlyALongContendedHoldWithAFarRoundTripWaitsForItsRelease) {
+  using std::chrono::microseconds;
+  using zklock::detail::settle_before_requeue;
+  constexpr microseconds far{1000};
+  constexpr microseconds rtt{2700};
+  EXPECT_TRUE(settle_before_requeue(true, microseconds{5000}, rtt, far));
+  EXPECT_TRUE(settle_before_requeue(true, rtt, rtt, far));  // a hold of exactly one round trip
+  EXPECT_FALSE(settle_before_requeue(false, microseconds{5000}, rtt, far));  // nobody was ahead of it
+  EXPECT_FALSE(settle_before_requeue(true, microseconds{2699}, rtt, far));   // shorter than a round trip
+  EXPECT_FALSE(settle_before_requeue(true, microseconds{5000}, microseconds{1000}, far));  // not beyond `far`
+  EXPECT_FALSE(settle_before_requeue(true, microseconds{5000}, std::nullopt, far));       // nothing measured
+  EXPECT_TRUE(settle_before_requeue(true, microseconds{5000}, microseconds{200}, microseconds::zero()));
+  EXPECT_FALSE(settle_before_requeue(true, microseconds{5000}, rtt, microseconds::max()));  // never
 }
