@@ -29,46 +29,15 @@
 
 #include <zookeeper/zookeeper.h>
 
+#include "bare_client.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-/// A connected handle.
-struct handle {
-  explicit handle(const std::string& zk, watcher_fn w = nullptr, void* ctx = nullptr) {
-    zh = ::zookeeper_init(zk.c_str(), w, 30000, nullptr, ctx, 0);
-    if (!zh) throw std::runtime_error("zookeeper_init failed");
-    const auto until = clock_type::now() + 30s;
-    while (::zoo_state(zh) != ZOO_CONNECTED_STATE) {
-      if (clock_type::now() > until) throw std::runtime_error("never connected");
-      std::this_thread::sleep_for(5ms);  // polling a C handle's state while it connects
-    }
-  }
-  ~handle() { ::zookeeper_close(zh); }
-  handle(const handle&) = delete;
-  handle& operator=(const handle&) = delete;
-  zhandle_t* zh = nullptr;
-};
-
-/// A one-shot flag a watcher sets and a thread waits for.
-struct flag {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool set = false;
-  void raise() {
-    {
-      std::lock_guard lk{mu};
-      set = true;
-    }
-    cv.notify_one();
-  }
-  void wait_and_reset() {
-    std::unique_lock lk{mu};
-    cv.wait(lk, [&] { return set; });
-    set = false;
-  }
-};
+using bare::flag;
+using bare::handle;
 
 extern "C" void on_event(zhandle_t*, int type, int, const char*, void* ctx) {
   if (type == ZOO_DELETED_EVENT) static_cast<flag*>(ctx)->raise();

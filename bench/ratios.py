@@ -7,6 +7,8 @@
 Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
 several dirs every value is the median over the runs. zklock libs are those whose name starts with
 "zklock" (zklock = predecessor watch, zklock-children = children watch); peers: curator, kazoo.
+"k-floor" (bench/k_floor, scenario k only) is the ideal queue on the bare C client: its line shows
+what any library could reach in that run, and how close each zklock lib comes to it.
 A ratio says how many times better zklock does than the peer (higher = zklock better): zklock / peer
 for rates, peer / zklock for latencies and request counts (the "better" column names the direction
 of the metric itself).
@@ -29,6 +31,7 @@ METRICS = [
     ("c_contended_T32", "handoffs_s", "(c) T=32 handoffs/s", "higher"),
     ("k_contended_hold5_T8", "handoffs_s", "(k) T=8 hold 5 ms: handoffs/s", "higher"),
     ("k_contended_hold5_T8", "gap_p50_us", "(k) T=8 hold 5 ms: gap p50 us", "lower"),
+    ("k_contended_hold5_T8", "gap_mean_us", "(k) T=8 hold 5 ms: gap mean us", "lower"),
     ("d_rwlock", "ops_s", "(d) r/w 90:10 ops/s", "higher"),
     ("e_semaphore_hold0", "leases_s", "(e) semaphore hold 0: leases/s", "higher"),
     ("e_semaphore_hold20", "leases_s", "(e) semaphore hold 20 ms: leases/s", "higher"),
@@ -134,6 +137,21 @@ def main():
                     cells += [""] + [better_ratio(value(runs, m, scen, key), av, better) if q == p else ""
                                      for q in peers]
                 print("| " + " | ".join(cells) + " |")
+    floor = "k-floor"
+    if any((floor, "k_contended_hold5_T8") in r for r in runs):
+        print()
+        print("(k) against its floor, %s (an ideal queue on the bare C client, bench/k_floor.cpp):" % floor)
+        print()
+        print("| lib | handoffs/s | gap p50 us | gap mean us | handoffs/s vs %s | vs curator |" % floor)
+        print("|---|---|---|---|---|---|")
+        fv = value(runs, floor, "k_contended_hold5_T8", "handoffs_s")
+        cv = value(runs, "curator", "k_contended_hold5_T8", "handoffs_s")
+        for lib in [floor] + mine + peers:
+            hv = value(runs, lib, "k_contended_hold5_T8", "handoffs_s")
+            if hv is None:
+                continue
+            print("| %s | %s | %s | %s | %s | %s |" % (lib, fmt(hv), fmt(value(runs, lib, "k_contended_hold5_T8", "gap_p50_us")),
+                  fmt(value(runs, lib, "k_contended_hold5_T8", "gap_mean_us")), ratio(hv, fv), ratio(hv, cv)))
     print()
     print("zklock client CPU (user+sys of the whole runner process, C client threads included) per acquisition, us:")
     print()

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+// k_floor — the floor of the peers' scenario (k) (8 clients, each holds 5 ms, one lock): an ideal
+// queue on the bare ZooKeeper C client, to run beside Curator and zklock in one run-all.sh run
+// (bench/k-floor-runner speaks the runner contract; tools/bench-peers adds it as `k-floor`).
+//
+// What makes it ideal, and not a lock anyone could use: its clients share one process, so a
+// waiter knows from memory, not from the server, whether the contender it watches had been
+// granted. Each acquire sends a create, a listing and one exists watch on the predecessor;
+// the handoff is the holder's delete (sent without waiting), its commit, and the notification to
+// the next in line, which is granted on it with no further request. No look-ahead listing and no
+// watch on a waiter's own node: the fewest packets any queue on ZooKeeper can pass around a
+// handoff. A client queues again once its delete is answered (as zklock does when round trips
+// are far). Gap and handoffs/s are measured as the peers measure them.
+//
+//   k_floor --zk HOST:PORT --dur S --scen LETTERS [the other runner-contract flags, ignored]
+//
+// One JSON object per line on stdout, only when LETTERS contain k. Nothing is asserted: a benchmark.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+#include <unistd.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "bare_client.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count();
+}
+
+using bare::flag;
+using bare::handle;
+
+extern "C" void on_deleted(zhandle_t*, int type, int, const char*, void* ctx) {
+  if (type == ZOO_DELETED_EVENT) static_cast<flag*>(ctx)->raise();
+}
+
+extern "C" void on_delete_reply(int, const void* data) { static_cast<flag*>(const_cast<void*>(data))->raise(); }
+
+/// What the clients share: the queue's knowledge of who was granted, and the measurements.
+struct shared_state {
+  std::string dir;  // the lock node
+  std::mutex mu;
+  std::set<std::string> granted;  // names of contenders that were granted (the ideal's memory)
+  std::atomic<int> holders{0};
+  std::atomic<int> violations{0};
+  std::atomic<std::int64_t> last_release{0};
+  std::atomic<std::int64_t> deadline{0};
+};
+
+/// One client: queue, wait for the predecessor's deletion, hold 5 ms, release; until the deadline.
+/// `gaps` gets the gap of each acquire that followed a release (if `measure`).
+long run_client(const std::string& zk, shared_state& st, std::vector<std::int64_t>& gaps, bool measure) {
+  flag deleted, answered;  // before the handle: it is closed (its threads joined) before they go
+  handle h{zk};
+  long count = 0;
+  const std::string prefix = st.dir + "/n-";
+  while (now_ns() < st.deadline.load()) {
+    char created[512] = {};
+    if (::zoo_create(h.zh, prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created,
+                     sizeof created) != ZOK)
+      throw std::runtime_error("create failed");
+    const std::string mine = std::string{created}.substr(st.dir.size() + 1);
+    for (;;) {  // until granted
+      String_vector kids{};
+      if (::zoo_get_children(h.zh, st.dir.c_str(), 0, &kids) != ZOK) throw std::runtime_error("list failed");
+      std::string pred;
+      for (int i = 0; i < kids.count; ++i)
+        if (std::string k = kids.data[i]; k < mine && k > pred) pred = std::move(k);
+      ::deallocate_String_vector(&kids);
+      if (pred.empty()) break;  // first in line
+      const std::string pred_path = st.dir + "/" + pred;
+      struct Stat stat {};
+      const int rc = ::zoo_wexists(h.zh, pred_path.c_str(), on_deleted, &deleted, &stat);
+      if (rc == ZOK) deleted.wait_and_reset();
+      else if (rc != ZNONODE) throw std::runtime_error("exists failed");
+      std::lock_guard lk{st.mu};
+      if (st.granted.count(pred)) break;  // it held, so all ahead of it were gone: our turn
+    }
+    {
+      std::lock_guard lk{st.mu};
+      st.granted.insert(mine);
+    }
+    const auto a = now_ns();
+    if (++st.holders > 1) ++st.violations;
+    if (const auto prev = st.last_release.load(); measure && prev != 0) gaps.push_back(a - prev);
+    std::this_thread::sleep_for(5ms);
+    --st.holders;
+    st.last_release = now_ns();
+    const std::string path = st.dir + "/" + mine;
+    if (::zoo_adelete(h.zh, path.c_str(), -1, on_delete_reply, &answered) != ZOK)
+      throw std::runtime_error("delete failed");
+    answered.wait_and_reset();  // queue again once the delete is answered
+    ++count;
+  }
+  return count;
+}
+
+struct result {
+  std::vector<long> counts;
+  std::vector<std::int64_t> gaps;
+  double elapsed_s = 0;
+};
+
+/// Runs `T` clients for `dur` seconds on a fresh lock node.
+result run(const std::string& zk, const std::string& dir, int T, double dur, bool measure) {
+  shared_state st;
+  st.dir = dir;
+  std::vector<std::vector<std::int64_t>> gaps(static_cast<std::size_t>(T));
+  result r;
+  r.counts.assign(static_cast<std::size_t>(T), 0);
+  st.deadline = now_ns() + static_cast<std::int64_t>(dur * 1e9);
+  const auto t0 = now_ns();
+  std::vector<std::thread> ts;
+  std::atomic<bool> failed{false};
+  for (int i = 0; i < T; ++i)
+    ts.emplace_back([&, i] {
+      try {
+        r.counts[static_cast<std::size_t>(i)] = run_client(zk, st, gaps[static_cast<std::size_t>(i)], measure);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "k_floor: client %d: %s\n", i, e.what());
+        failed = true;
+      }
+    });
+  for (auto& t : ts) t.join();
+  r.elapsed_s = static_cast<double>(now_ns() - t0) / 1e9;
+  if (failed) throw std::runtime_error("a client failed");
+  if (st.violations) throw std::runtime_error("two clients held at once");
+  for (auto& g : gaps) r.gaps.insert(r.gaps.end(), g.begin(), g.end());
+  return r;
+}
+
+double percentile(std::vector<std::int64_t> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(static_cast<double>(v.size()) * q))]) / 1e3;
+}
+
+/// Returns: the first three fields of /proc/loadavg, or "" if unreadable.
+std::string loadavg() {
+  std::string out;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f)) out = buf;
+    std::fclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+/// A bad command line: exit status 2, as the runner contract's runners do.
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string zk, scen, tag;
+  double dur = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--zk") zk = v;
+    else if (k == "--dur") dur = std::stod(v);
+    else if (k == "--scen") scen = v;
+    else if (k == "--tag") tag = v;
+    else if (k == "--proxy" || k == "--ctrl" || k == "--n" || k == "--warm" || k == "--threads" || k == "--herd") continue;
+    else throw usage_error("unknown flag " + k);
+  }
+  if (zk.empty()) throw usage_error("usage: k_floor --zk HOST:PORT [--dur S] [--scen LETTERS]");
+  if (!scen.empty() && ("," + scen + ",").find(",k,") == std::string::npos) return 0;
+  ::zoo_set_debug_level(static_cast<ZooLogLevel>(0));
+  handle admin{zk};
+  const std::string dir = "/bench-k-floor-" + std::to_string(::getpid());
+  if (::zoo_create(admin.zh, dir.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0) != ZOK)
+    throw std::runtime_error("cannot create " + dir);
+  const std::string tagged = tag.empty() ? "" : ",\"tag\":\"" + tag + "\"";
+  std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"env\",\"what\":\"an ideal queue on the bare C "
+              "client (bench/k_floor.cpp)\",\"session_timeout_ms\":30000,\"loadavg\":\"%s\"%s}\n",
+              ZOO_VERSION, loadavg().c_str(), tagged.c_str());
+  run(zk, dir, 4, 1.0, false);  // warm-up: 1 s of 4 clients, as the peers do
+  const int T = 8;
+  const result r = run(zk, dir, T, dur, true);
+  long total = 0;
+  for (long c : r.counts) total += c;
+  double mean = 0;
+  for (auto g : r.gaps) mean += static_cast<double>(g);
+  mean = r.gaps.empty() ? 0 : mean / static_cast<double>(r.gaps.size()) / 1e3;
+  String_vector left{};
+  const int left_rc = ::zoo_get_children(admin.zh, dir.c_str(), 0, &left);
+  const int leftover = left_rc == ZOK ? left.count : -1;
+  if (left_rc == ZOK) ::deallocate_String_vector(&left);
+  std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"k_contended_hold5_T8\",\"threads\":%d,"
+              "\"hold_ms\":5,\"duration_s\":%.2f,\"acquisitions\":%ld,\"handoffs_s\":%.1f,\"gap_p50_us\":%.1f,"
+              "\"gap_p99_us\":%.1f,\"gap_mean_us\":%.1f,\"per_thread_min\":%ld,\"per_thread_max\":%ld,"
+              "\"violations\":0,\"stalls\":0,\"leftover_nodes\":%d%s}\n",
+              ZOO_VERSION, T, r.elapsed_s, total, static_cast<double>(total) / r.elapsed_s,
+              percentile(r.gaps, 0.5), percentile(r.gaps, 0.99), mean,
+              *std::min_element(r.counts.begin(), r.counts.end()), *std::max_element(r.counts.begin(), r.counts.end()),
+              leftover, tagged.c_str());
+  std::fflush(stdout);
+  ::zoo_delete(admin.zh, dir.c_str(), -1);
+  return 0;
+} catch (const usage_error& e) {
+  std::fprintf(stderr, "k_floor: %s\n", e.what());
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "k_floor: %s\n", e.what());
+  return 1;
+}
