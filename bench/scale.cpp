@@ -178,10 +178,9 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
 
   const auto rss0 = rss_bytes();
   std::mutex mu;
-  std::vector<clock_type::time_point> grants;   // when each waiter got the lock
-  std::vector<clock_type::time_point> releases; // when each waiter's unlock() returned
+  // when each waiter got the lock, which is also when its release begins (it unlocks at once)
+  std::vector<clock_type::time_point> grants;
   grants.reserve(static_cast<std::size_t>(waiters));
-  releases.reserve(static_cast<std::size_t>(waiters));
   std::atomic<int> queued{0};
   std::vector<std::unique_ptr<counted_mutex<Watch>>> ms;
   for (int i = 0; i < waiters; ++i)
@@ -197,10 +196,8 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
       m.lock();
       const auto got = clock_type::now();
       m.unlock();
-      const auto gone = clock_type::now();
       std::lock_guard lk{mu};
       grants.push_back(got);
-      releases.push_back(gone);
     });
   // Wait until every waiter's node is on the server (the holder's ls shows the queue).
   const auto fill_start = clock_type::now();
@@ -229,12 +226,12 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
   for (auto& t : ts) t.join();
   const double drain_ms = ms_since(t0);
   const long long packets1 = mntr("zk_packets_received");
-  // handoff i: from the previous holder's release to this grant (grants are in queue order)
+  // handoff i: from the moment the previous holder began its release (its grant) to this grant
+  // (grants are in queue order); not from its unlock()'s return, which would leave out the release
   std::sort(grants.begin(), grants.end());
-  std::sort(releases.begin(), releases.end());
   std::vector<double> handoff_us;
   for (std::size_t i = 1; i < grants.size(); ++i)
-    handoff_us.push_back(std::chrono::duration<double, std::micro>(grants[i] - releases[i - 1]).count());
+    handoff_us.push_back(std::chrono::duration<double, std::micro>(grants[i] - grants[i - 1]).count());
   // the mean handoff in each tenth of the drain (first tenth: the longest queue left)
   std::string deciles;
   for (std::size_t d = 0; d < 10 && !handoff_us.empty(); ++d) {
