@@ -165,11 +165,7 @@ class attempt {
     wait_on<Wakeup> on;
     bool await_ready() { return at.cancelled() || on.await_ready(); }
     bool await_suspend(std::coroutine_handle<> h) { return on.await_suspend(h); }
-    bool await_resume() {
-      const bool woke = !at.cancelled() && on.await_resume();
-      if (woke && at.count_) ++at.count_->wakeups;
-      return woke;
-    }
+    bool await_resume() { return !at.cancelled() && on.await_resume(); }
   };
   /// Returns: an awaitable that waits until a watch fires (since prepare_wait), `deadline` passes
   /// or a stop is requested; its value: whether a watch fired (false once a stop was requested).
@@ -184,6 +180,15 @@ class attempt {
   }
   /// Returns: whether a children watch is armed and has not fired.
   bool children_armed() const noexcept { return children_ && !children_->fired(); }
+  /// Effects: counts a wake-up (acquire_counters::wakeups) if the children watch armed last fired.
+  /// Counted when the attempt looks again because of it, whether or not it had blocked yet.
+  void note_children_fired() noexcept {
+    if (children_ && children_->fired()) woke();
+  }
+  /// Effects: counts one wake-up: a watch firing that makes the attempt look again.
+  void woke() noexcept {
+    if (count_) ++count_->wakeups;
+  }
 
   /// Effects: watches exactly the contender nodes `paths`: drops the watches on others (nodes that
   /// left the queue since), arms the missing ones (all sent at once), our own node's first.
@@ -281,7 +286,11 @@ enum class wait_outcome {
 template <AlgorithmWakeup Wakeup>
 std::optional<wait_outcome> grant_on_deletion(attempt<Wakeup>& at, tally& seen, bool& other) {
   at.prepare_wait();
-  seen.gone += at.take_fired(other);
+  bool fired_other = false;
+  const std::size_t deleted = at.take_fired(fired_other);
+  if (deleted != 0 || fired_other) at.woke();  // also when it fired before we blocked
+  other = other || fired_other;
+  seen.gone += deleted;
   if (seen.proves_held()) return at.own_node_stands() ? wait_outcome::granted : wait_outcome::relist;
   if (other || seen.must_relist()) return wait_outcome::relist;
   return std::nullopt;
@@ -351,6 +360,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
         at.prepare_wait();
         if (at.children_armed() && !co_await at.wait(deadline)) co_return std::nullopt;
       }
+      at.note_children_fired();
       list(at.arm_children(lock_path));
       continue;
     }
