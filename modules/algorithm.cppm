@@ -6,7 +6,7 @@
 // (missing parents become container nodes, so the server reaps them when they empty) and lists
 // the children. Contenders queue in the order of their sequence numbers (serial-number arithmetic,
 // right across the 32-bit wrap); children that are not contenders are ignored. A mode rule
-// (zklock.logic:rules) says which contenders ahead count (all of them for a mutex, a writer or a
+// (zklock.detail:rules) says which contenders ahead count (all of them for a mutex, a writer or a
 // semaphore; writers for a reader) and how many of them may remain while it holds (the lease
 // count for a semaphore, else 1). Releasing deletes the node. Queue order makes the locks fair
 // (first come, first served).
@@ -23,7 +23,7 @@
 //
 // Compile-time policies pick the watch strategy, the wake-up, the reentrancy and how long a
 // blocking lock() waits (see policies/, bundled by zklock:policies). The ZooKeeper work is done by
-// a few non-template functions (zklock:detail); these templates only decide.
+// a few non-template functions (zklock:operations); these templates only decide.
 //
 // Written once for both ways of waiting: the functions below are coroutines (zklock:step). With a
 // blocking wake-up model every `co_await` of a wait blocks the thread and the whole acquire runs
@@ -57,8 +57,8 @@ module;
 export module zklock:algorithm;
 import :errors;
 import :session;
-import :detail;
-import zklock.logic;
+import :operations;
+import zklock.detail;
 import :watch;
 import :wakeup;
 import :timeout;
@@ -278,7 +278,7 @@ enum class wait_outcome {
 };
 
 /// The fast path, one look after a wake-up (or before the first wait): counts the deletions among
-/// the watched contenders ahead (`seen`, zklock.logic:rules, tally), so that the deletion which
+/// the watched contenders ahead (`seen`, zklock.detail:rules, tally), so that the deletion which
 /// proves us held is itself the grant, one round trip after the release. Readies the waiter for
 /// the next wait first. Returns: granted (the deletions prove we hold, and our node stands),
 /// relist (they prove too little: contenders beyond the watched ones may have gone unseen; or a

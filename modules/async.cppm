@@ -40,7 +40,7 @@ module;
 export module zklock:async;
 import :errors;
 import :session;
-import :detail;
+import :operations;
 import :holds;
 import :algorithm;
 import :hooks;

@@ -24,7 +24,7 @@ module;
 export module zklock:holds;
 import :errors;
 import :session;
-import :detail;
+import :operations;
 import :algorithm;
 import :reentrancy;
 import :timeout;

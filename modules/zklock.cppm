@@ -23,7 +23,8 @@ export import :inspect;       // contenders(): who holds a lock node and who wai
 export import :algorithm;     // the one algorithm (essay on top): queue, wait, grant on deletion
 export import :holds;         // the holds a lock object keeps: loss token, still owned, release, hooks
 export import :step;          // the algorithm's coroutine type; the runner that resumes async acquires
-export import :detail;        // the ZooKeeper operations the algorithm needs, watch slots, hold guard
+export import :operations;    // the ZooKeeper operations the algorithm needs, watch slots, hold guard
 // The pure logic (path and connect-string checks, contender names and order, the mode rules, ACL
-// judgement): a module of its own, imported here but not re-exported; the unit tests import it.
-import zklock.logic;
+// judgement): the internal module zklock.detail, imported here but not re-exported (installed
+// because zklock imports it; users never import it); the unit tests import it.
+import zklock.detail;

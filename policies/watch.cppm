@@ -51,7 +51,7 @@ struct watch_predecessor {
   /// Returns: min(ahead, 2 * limit) for one holder at a time (limit 1) or when round trips are dear
   /// (`far`, see session_options::look_ahead_round_trip): the first watched contender to go leaves
   /// `limit` more deletions before the turn, time to list and move the watches up (see
-  /// zklock.logic:rules, tally); otherwise (a semaphore's waiter, round trips cheap) min(ahead, limit):
+  /// zklock.detail:rules, tally); otherwise (a semaphore's waiter, round trips cheap) min(ahead, limit):
   /// each release then wakes L waiters, not 2L. 0 (the children) when limit exceeds 16.
   static constexpr std::size_t window(std::size_t ahead, std::size_t limit, bool far) noexcept {
     if (limit > 16) return 0;

@@ -35,7 +35,7 @@ module;
 module zklock:session_impl;
 import :errors;
 import :session;
-import :detail;
+import :operations;
 import :step;
 
 namespace zklock::detail {

@@ -2,7 +2,7 @@
 // Compiled once per probe by the firewall tests (tests/CMakeLists.txt). After `import zklock;` the
 // ZooKeeper C API, range-v3 and zklock's internals are not visible: with PROBE_zoo_create,
 // PROBE_ZOK or PROBE_ranges it must fail ("undeclared identifier"), with a PROBE_ naming an
-// internal of zklock (one or two from each implementation partition and from zklock.logic) it must
+// internal of zklock (one or two from each implementation partition and from zklock.detail) it must
 // fail ("no member named 'X'", or clang's "declaration of 'X' must be imported from module ...":
 // reachable for the lock templates, but not visible), with PROBE_control it must compile.
 import zklock;
@@ -14,9 +14,9 @@ int main() {
   return ZOK;
 #elif defined(PROBE_ranges)
   return ranges::views::iota(0, 3).size() > 0;
-#elif defined(PROBE_list_children)  // zklock:detail, a ZooKeeper operation of the algorithm
+#elif defined(PROBE_list_children)  // zklock:operations, a ZooKeeper operation of the algorithm
   return &zklock::detail::list_children == nullptr;
-#elif defined(PROBE_hold_guard)  // zklock:detail, the loss signal of a hold
+#elif defined(PROBE_hold_guard)  // zklock:operations, the loss signal of a hold
   return sizeof(zklock::detail::hold_guard) == 0;
 #elif defined(PROBE_acquire_counters)  // zklock:algorithm, what one acquire attempt did
   return sizeof(zklock::detail::acquire_counters) == 0;
@@ -25,11 +25,11 @@ int main() {
 #elif defined(PROBE_session_impl)  // zklock:session, the state behind a session
   using impl = zklock::detail::session_impl;
   return sizeof(impl*) == 0;
-#elif defined(PROBE_stand)  // zklock.logic:rules, the mode rules
+#elif defined(PROBE_stand)  // zklock.detail:rules, the mode rules
   return zklock::detail::stand(zklock::detail::exclusive_rule{}, {}, 0).held();
-#elif defined(PROBE_sorted_contenders)  // zklock.logic:queue, the queue order
+#elif defined(PROBE_sorted_contenders)  // zklock.detail:queue, the queue order
   return &zklock::detail::sorted_contenders == nullptr;
-#elif defined(PROBE_validate_path)  // zklock.logic, checks of user input
+#elif defined(PROBE_validate_path)  // zklock.detail, checks of user input
   return &zklock::detail::validate_path == nullptr;
 #elif defined(PROBE_async_runner)  // zklock:step, the threads of asynchronous acquires
   return sizeof(zklock::detail::async_runner*) == 0;

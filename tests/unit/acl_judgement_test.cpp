@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-import zklock.logic;
+import zklock.detail;
 
 namespace {
 

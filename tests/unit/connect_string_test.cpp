@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 #include <gtest/gtest.h>
-import zklock.logic;
+import zklock.detail;
 
 using zklock::detail::validate_connect;
 

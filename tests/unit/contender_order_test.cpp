@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
-import zklock.logic;
+import zklock.detail;
 
 using namespace zklock::detail;
 

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 #include <gtest/gtest.h>
-import zklock.logic;
+import zklock.detail;
 
 using zklock::detail::validate_path;
 

@@ -7,7 +7,7 @@ module;
 #include <stdexcept>
 #include <string>
 #include <string_view>
-module zklock.logic;
+module zklock.detail;
 
 namespace zklock::detail {
 

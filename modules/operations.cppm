@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock:detail — the narrow, non-template vocabulary that the lock templates call: the few
+// zklock:operations — the narrow, non-template vocabulary that the lock templates call: the few
 // ZooKeeper operations the algorithm needs, watch slots and the hold guard (the pure logic they
-// build on is the module zklock.logic). Defined in implementation units, so importers never see the
+// build on is the module zklock.detail). Defined in implementation units, so importers never see the
 // ZooKeeper C API or range-v3. Declared outside any `export`: reachable by the lock templates
 // wherever they are instantiated, but not visible to `import zklock;`.
 module;
@@ -15,8 +15,8 @@ module;
 #include <stop_token>
 #include <string_view>
 #include <vector>
-export module zklock:detail;
-import zklock.logic;
+export module zklock:operations;
+import zklock.detail;
 import :session;
 import :wakeup;
 

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock.logic:queue — contender nodes by name: which side of a lock a node stands for, its
+// zklock.detail:queue — contender nodes by name: which side of a lock a node stands for, its
 // sequence number, and the queue order of a listing (serial-number arithmetic, right across the
-// 32-bit wrap). Pure functions (defined in modules/logic.cpp), unit-tested without a server.
+// 32-bit wrap). Pure functions (defined in modules/detail/detail.cpp), unit-tested without a server.
 module;
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-export module zklock.logic:queue;
+export module zklock.detail:queue;
 
 export namespace zklock::detail {
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock.logic — the pure logic of the lock algorithm: path and connect-string checks, contender
-// names and their queue order, the mode rules (zklock.logic:rules), ACL judgement, the round-trip
-// meter. A module of its own, which zklock imports but does not re-export: importers of zklock
-// never see these names; the unit tests (tests/unit) import it to test them without a server.
+// zklock.detail — INTERNAL: zklock's own implementation, not part of its API; do not import it (its
+// names change without notice; docs/install.md). The pure logic of the lock algorithm: path and
+// connect-string checks, contender names and their queue order, the mode rules
+// (zklock.detail:rules), ACL judgement, the round-trip meter. A module of its own, which zklock
+// imports but does not re-export: importers of zklock never see these names; the unit tests
+// (tests/unit) import it to test them without a server.
 module;
 #include <chrono>
 #include <mutex>
@@ -10,7 +12,7 @@ module;
 #include <string>
 #include <string_view>
 #include <vector>
-export module zklock.logic;
+export module zklock.detail;
 export import :queue;  // contender names and their queue order
 export import :rules;  // the mode rules: which contenders ahead count, and how many may remain
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock.logic, defined: path checks, contender names, queue order, ids, ACL judgement (connect
-// strings: modules/connect_string.cpp). The ZooKeeper operations that zklock:detail declares
+// zklock.detail, defined: path checks, contender names, queue order, ids, ACL judgement (connect
+// strings: modules/connect_string.cpp). The ZooKeeper operations that zklock:operations declares
 // (create_and_list, watch_node, ...) are in modules/session/ (contenders.cpp, watches.cpp, ...).
 module;
 #include <array>
@@ -16,7 +16,7 @@ module;
 #include <unistd.h>
 #include <utility>
 #include <range/v3/action/sort.hpp>
-module zklock.logic;
+module zklock.detail;
 
 namespace zklock::detail {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// zklock.logic:rules — the only place where the lock modes differ: which contenders ahead of a waiter
+// zklock.detail:rules — the only place where the lock modes differ: which contenders ahead of a waiter
 // count for its mode, and how many of them may remain ahead while it holds. Plus what a waiter may
 // conclude from the deletions it saw since its last listing. Pure functions, unit-tested without a
 // server.
@@ -7,7 +7,7 @@ module;
 #include <cstddef>
 #include <span>
 #include <vector>
-export module zklock.logic:rules;
+export module zklock.detail:rules;
 import :queue;
 
 export namespace zklock::detail {
