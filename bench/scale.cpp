@@ -33,6 +33,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "four_letter.hpp"
@@ -209,7 +210,7 @@ void long_queue(const std::string& base, int waiters, const char* watch_name) {
   // sent first, then on the two ahead of it, which may share server watches with other waiters of
   // its session; children: one children watch per session).
   // Until then the drain would compete with waiters still reading their first listing.
-  const long long armed = Watch::kind == zklock::watch_kind::predecessor ? waiters : cfg.sessions;
+  const long long armed = std::is_same_v<Watch, zklock::watch_predecessor> ? waiters : cfg.sessions;
   for (long long seen; (seen = mntr("zk_watch_count")) < armed;) {
     if (clock_type::now() - fill_start > 120s) {
       std::fprintf(stderr, "scale: only %lld of %lld watches armed\n", seen, armed);

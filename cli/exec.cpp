@@ -10,22 +10,18 @@
 namespace zkcli {
 namespace {
 
-/// What the acquire of this process cost (one acquire per process), from the hooks below. Its
+/// exec's hooks: keep the figures of the granted acquire in `*out`, which exec then records for
+/// `zklock ls` (the main thread acquires, then reads them: no other thread involved). The stats'
 /// `path` views the lock object's, which outlives every use here.
-std::optional<zklock::acquire_stats> g_acquire;
-
-/// exec's hooks policy: keeps the figures of the acquire, which exec then records for `zklock ls`
-/// (the main thread acquires, then reads them: no other thread involved).
 struct record_hooks {
   static constexpr bool enabled = true;
-  static void on_acquire(const zklock::acquire_stats& a) noexcept {
-    if (a.acquired) g_acquire = a;
+  std::optional<zklock::acquire_stats>* out = nullptr;
+  void on_acquire(const zklock::acquire_stats& a) noexcept {
+    if (a.acquired) *out = a;
   }
-  static void on_release(const zklock::release_stats&) noexcept {}
+  void on_release(const zklock::release_stats&) noexcept {}
 };
-struct exec_policies : zklock::default_policies {
-  using hooks = record_hooks;
-};
+using exec_policies = zklock::policies_with<record_hooks>;
 using exec_mutex = zklock::basic_mutex<exec_policies>;
 using exec_shared_mutex = zklock::basic_shared_mutex<exec_policies>;
 using exec_semaphore = zklock::basic_counting_semaphore<exec_policies>;
@@ -99,8 +95,9 @@ bool attempt(const std::optional<ms>& timeout, Once once, For for_, Forever fore
   return for_(*timeout);
 }
 
-/// The lock objects of every mode; exec uses one.
+/// The lock objects of every mode; exec uses one. Its granted acquire's figures land in `acquired`.
 struct locks {
+  std::optional<zklock::acquire_stats> acquired;
   std::optional<exec_mutex> mx;
   std::optional<exec_shared_mutex> rw;
   std::optional<exec_semaphore> sem;
@@ -109,19 +106,19 @@ struct locks {
   bool acquire(zklock::session& s, const options& o) {
     switch (o.mode) {
       case lock_mode::mutex:
-        mx.emplace(s, o.path);
+        mx.emplace(s, o.path, record_hooks{&acquired});
         return attempt(o.timeout, [&] { return mx->try_lock(); }, [&](ms t) { return mx->try_lock_for(t); },
                        [&] { mx->lock(); });
       case lock_mode::shared:
-        rw.emplace(s, o.path);
+        rw.emplace(s, o.path, record_hooks{&acquired});
         return attempt(o.timeout, [&] { return rw->try_lock_shared(); },
                        [&](ms t) { return rw->try_lock_shared_for(t); }, [&] { rw->lock_shared(); });
       case lock_mode::write:
-        rw.emplace(s, o.path);
+        rw.emplace(s, o.path, record_hooks{&acquired});
         return attempt(o.timeout, [&] { return rw->try_lock(); }, [&](ms t) { return rw->try_lock_for(t); },
                        [&] { rw->lock(); });
       case lock_mode::permits:
-        sem.emplace(s, o.path, o.permits);
+        sem.emplace(s, o.path, o.permits, record_hooks{&acquired});
         return attempt(o.timeout, [&] { return sem->try_acquire(); }, [&](ms t) { return sem->try_acquire_for(t); },
                        [&] { sem->acquire(); });
     }
@@ -158,12 +155,7 @@ std::optional<hold> make_hold(const options& o, locks& l) {
     case lock_mode::permits:
       h.token = l.sem->fencing_token();
       h.lost = l.sem->lost_token();
-      h.release = [&l] {
-        try {
-          l.sem->release();
-        } catch (const std::exception&) {  // nothing held: nothing to release
-        }
-      };
+      h.release = [&l] { l.sem->release(); };
       break;
   }
   if (h.lost.stop_requested()) return std::nullopt;  // e.g. the session ended with the grant
@@ -173,15 +165,17 @@ std::optional<hold> make_hold(const options& o, locks& l) {
 /// Effects: records what the acquire cost for `zklock ls` (zklock::record_hold). Best effort: a
 /// failure is only reported with --verbose (a lost lock is the loss signal's business).
 /// Returns: the stored record, if stored.
-std::shared_ptr<zklock::stored_hold_record> record_acquire(zklock::session& s, const options& o, std::int64_t token) {
-  if (!g_acquire) return nullptr;
+std::shared_ptr<zklock::stored_hold_record> record_acquire(zklock::session& s, const options& o, const locks& l,
+                                                           std::int64_t token) {
+  const auto& acquired = l.acquired;
+  if (!acquired) return nullptr;
   try {
     zklock::hold_record r;
     r.granted = std::chrono::system_clock::now();
-    r.waited = std::chrono::duration_cast<ms>(g_acquire->wait);
-    r.ahead = g_acquire->queue_position;
-    r.wakeups = g_acquire->wakeups;
-    r.requests = g_acquire->requests;
+    r.waited = std::chrono::duration_cast<ms>(acquired->wait);
+    r.ahead = acquired->queue_position;
+    r.wakeups = acquired->wakeups;
+    r.requests = acquired->requests;
     return std::make_shared<zklock::stored_hold_record>(zklock::record_hold(s, o.path, token, r));
   } catch (const std::exception& e) {
     if (g_verbose) say("could not record the acquire on %s: %s", o.path.c_str(), e.what());
@@ -228,7 +222,7 @@ int run_exec(const options& o) {
     return exit_code::lost;
   }
   if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h->token));
-  if (auto record = record_acquire(*s, o, h->token)) {  // gone before the lock is released
+  if (auto record = record_acquire(*s, o, l, h->token)) {  // gone before the lock is released
     h->release = [record = std::move(record), release = std::move(h->release)] {
       record->release();
       release();

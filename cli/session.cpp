@@ -40,6 +40,7 @@ exit_error classify(const std::exception& e) {
     case errc::auth_failed:
       return {exit_code::no_permission, what};
     case errc::lock_lost:
+    case errc::contender_deleted:
       return {exit_code::lost, what};
     case errc::lock_timeout:
       return {exit_code::timeout, what};

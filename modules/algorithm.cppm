@@ -143,11 +143,12 @@ class attempt {
   }
 
   /// Effects: our node is not in the queue any more. Throws: errc::session_expired if it went with
-  /// the session (nothing left to delete), else errc::lock_lost (someone deleted it).
+  /// the session (nothing left to delete), else errc::contender_deleted (someone deleted it).
   [[noreturn]] void vanished() {
     node_gone_ = !session_alive_for(s_, node_);
-    throw_error(node_gone_ ? errc::session_expired : errc::lock_lost,
-                "zklock: our contender node " + node_.path + " vanished while waiting");
+    throw_error(node_gone_ ? errc::session_expired : errc::contender_deleted,
+                "zklock: our contender node " + node_.path +
+                    (node_gone_ ? " went with its session while waiting" : " was deleted by someone else while waiting"));
   }
 
   /// Effects: readies the waiter for the next wait: a watch firing from now on wakes it.

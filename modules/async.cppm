@@ -7,6 +7,9 @@
 //   - a completion callback, started at once: cb(std::error_code, lock_hold) runs exactly once;
 //   - an awaitable, started when awaited: `zklock::lock_hold h = co_await m.async_lock(wc);`
 //     (any coroutine type; errors are thrown as std::system_error).
+// The policy bundle's watch strategy, timeout and hooks apply to them; its wake-up and reentrancy
+// axes do not (an asynchronous acquire suspends instead of blocking a thread, and its hold is the
+// lock_hold's, not a thread's).
 // Where the completion (or the awaiting coroutine) runs is the caller's choice: on the executor it
 // passes (a callable taking the function to run: an asio strand's post, an event loop's queue), or
 // by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
@@ -69,7 +72,7 @@ class lock_hold {
   lock_hold() noexcept = default;
   /// Effects: takes over `o`'s hold; `o` is left empty.
   lock_hold(lock_hold&& o) noexcept
-      : s_(std::exchange(o.s_, nullptr)), h_(std::move(o.h_)), path_(std::move(o.path_)), report_(o.report_) {}
+      : s_(std::exchange(o.s_, nullptr)), h_(std::move(o.h_)), path_(std::move(o.path_)), report_(std::move(o.report_)) {}
   /// Effects: releases the hold owned, then takes over `o`'s. Returns: *this.
   lock_hold& operator=(lock_hold&& o) noexcept {
     if (this != &o) {
@@ -77,7 +80,7 @@ class lock_hold {
       s_ = std::exchange(o.s_, nullptr);
       h_ = std::move(o.h_);
       path_ = std::move(o.path_);
-      report_ = o.report_;
+      report_ = std::move(o.report_);
     }
     return *this;
   }
@@ -87,7 +90,8 @@ class lock_hold {
   ~lock_hold() { unlock(); }
 
   /// Effects: releases the hold (its node is deleted, in the background if the connection is
-  /// down); the hold is empty afterwards. Does nothing if it is empty. Never throws.
+  /// down); the hold is empty afterwards. Does nothing if it is empty (unlock(ec) reports that, as
+  /// for every lock type). Never throws.
   void unlock() noexcept {
     std::error_code ec;
     unlock(ec);
@@ -100,11 +104,10 @@ class lock_hold {
       return;
     }
     session* s = std::exchange(s_, nullptr);
-    h_.guard->release();
-    ec = detail::release_node(*s, h_.node);
-    if (report_) report_(path_, h_.granted);
+    ec = detail::end_hold(*s, h_, path_, report_);
     h_ = {};
     path_.clear();
+    report_ = {};
   }
   /// Returns: whether it owns a hold.
   bool owns_lock() const noexcept { return s_ != nullptr; }
@@ -130,16 +133,15 @@ class lock_hold {
 
  private:
   friend struct detail::hold_maker;
-  using reporter = void (*)(std::string_view, std::chrono::steady_clock::time_point) noexcept;
-  lock_hold(session& s, detail::hold h, std::string path, reporter r) noexcept
-      : s_(&s), h_(std::move(h)), path_(std::move(path)), report_(r) {}
+  lock_hold(session& s, detail::hold h, std::string path, detail::release_reporter r) noexcept
+      : s_(&s), h_(std::move(h)), path_(std::move(path)), report_(std::move(r)) {}
   void held(const char* fn) const {
     if (!s_) throw_error(errc::not_held, std::string{"zklock: "} + fn + " on an empty lock_hold");
   }
   session* s_ = nullptr;
   detail::hold h_;
   std::string path_;
-  reporter report_ = nullptr;
+  detail::release_reporter report_;  // the granting lock object's hooks, if they listen
 };
 
 /// What co_await on an asynchronous acquire waits for: started when awaited, it resumes the
@@ -186,9 +188,8 @@ namespace zklock::detail {
 
 /// Makes lock_holds (its constructor is private).
 struct hold_maker {
-  template <class H>
-  static lock_hold make(session& s, hold h, std::string path) noexcept {
-    return lock_hold{s, std::move(h), std::move(path), &report_release<H>};
+  static lock_hold make(session& s, hold h, std::string path, release_reporter r) noexcept {
+    return lock_hold{s, std::move(h), std::move(path), std::move(r)};
   }
 };
 
@@ -241,18 +242,19 @@ struct stop_relay {
   void operator()() const noexcept { s.request_stop(); }
 };
 
-/// Effects: hands the outcome of an asynchronous acquire of `path` (its error, or its hold `h`)
-/// to `done(std::error_code, lock_hold)`, run on `ex` (or the completion thread of `r`).
-template <Hooks H, class Done>
-void deliver(session& s, const std::string& path, std::error_code ec, std::optional<hold> h, async_runner& r,
-             const executor& ex, Done&& done) {
+/// Effects: hands the outcome of an asynchronous acquire of `path` (its error, or its hold `h`,
+/// whose release `report` hears of) to `done(std::error_code, lock_hold)`, run on `ex` (or the
+/// completion thread of `r`).
+template <class Done>
+void deliver(session& s, const std::string& path, std::error_code ec, std::optional<hold> h,
+             const release_reporter& report, async_runner& r, const executor& ex, Done&& done) {
   struct outcome {
     std::error_code ec;
     lock_hold held;
     std::remove_cvref_t<Done> done;
   };
   auto out = std::make_shared<outcome>(
-      outcome{ec, h ? hold_maker::make<H>(s, std::move(*h), path) : lock_hold{}, std::forward<Done>(done)});
+      outcome{ec, h ? hold_maker::make(s, std::move(*h), path, report) : lock_hold{}, std::forward<Done>(done)});
   r.complete(ex, [out] { out->done(out->ec, std::move(out->held)); });
 }
 
@@ -278,18 +280,18 @@ struct async_ticket {
   std::stop_source stop;
 };
 
-/// Effects: ends an asynchronous acquire: reports it to P's hooks if the algorithm returned (`g`),
+/// Effects: ends an asynchronous acquire: reports it to `hooks` if the algorithm returned (`g`),
 /// makes its outcome (the hold; else errc::session_closed if its lock object is going,
 /// errc::cancelled if `stopped`, errc::lock_timeout; or the error of `error`), hands it to `done`
 /// on `ex`, then leaves the lock object's registry.
 template <LockPolicies P, class Done>
-void finish_async(session& s, const std::string& path, acquire_probe<P>& probe, std::optional<std::optional<grant>> g,
-                  const std::exception_ptr& error, bool stopped, const async_ticket& t, const executor& ex,
-                  Done&& done) {
+void finish_async(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks,
+                  acquire_probe<P>& probe, std::optional<std::optional<grant>> g, const std::exception_ptr& error,
+                  bool stopped, const async_ticket& t, const executor& ex, Done&& done) {
   std::error_code ec;
   std::optional<hold> h;
   if (g) {
-    h = probe.finish(path, std::move(*g));
+    h = probe.finish(hooks, path, std::move(*g));
     if (!h)
       ec = make_error_code(t.registry->closing() ? errc::session_closed
                            : stopped             ? errc::cancelled
@@ -297,7 +299,7 @@ void finish_async(session& s, const std::string& path, acquire_probe<P>& probe, 
   } else {
     ec = error_of(error);
   }
-  deliver<typename P::hooks>(s, path, ec, std::move(h), *t.runner, ex, std::forward<Done>(done));
+  deliver(s, path, ec, std::move(h), hooks.reporter(), *t.runner, ex, std::forward<Done>(done));
   t.registry->remove(t.id);
 }
 
@@ -309,6 +311,7 @@ template <LockPolicies P, class Rule, class Done>
 struct async_acquire {
   session& s;
   const std::string& path;
+  const hooks_ref<typename P::hooks>& hooks;  // the lock object's (it outlives the acquire)
   Rule rule;
   std::stop_token user_stop;  // the caller's (its wait_context's)
   async_ticket t;
@@ -326,8 +329,8 @@ struct async_acquire {
     std::optional<std::optional<grant>> g = std::move(h.promise().value);
     const std::exception_ptr error = h.promise().error;
     h.destroy();
-    finish_async<P>(a->s, a->path, a->probe, std::move(g), error, a->user_stop.stop_requested(), a->t, a->ex,
-                    std::move(a->done));
+    finish_async<P>(a->s, a->path, a->hooks, a->probe, std::move(g), error, a->user_stop.stop_requested(), a->t,
+                    a->ex, std::move(a->done));
   }
 
   /// Returns: the detached algorithm of `a`, to resume once on the algorithm thread (from then on
@@ -345,8 +348,10 @@ struct async_acquire {
 template <LockPolicies P>
 class async_side {
  public:
-  /// Effects: the asynchronous side of the lock node `path` (which must outlive it) on `s`.
-  async_side(session& s, const std::string& path) : s_(s), path_(path) {}
+  /// Effects: the asynchronous side of the lock node `path` on `s`, reporting to `hooks` (both
+  /// must outlive it).
+  async_side(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks)
+      : s_(s), path_(path), hooks_(hooks) {}
   /// Effects: stops every pending acquire and waits until each has completed (session_closed).
   /// Touches no session: a lock object that never acquired asynchronously may outlive its session.
   ~async_side() { pending_->close(runner_.get()); }
@@ -365,7 +370,7 @@ class async_side {
     r->begin_acquire();
     try {
       using acquire = async_acquire<P, Rule, Done>;
-      auto a = std::unique_ptr<acquire>{new acquire{s_, path_, rule, wc.stop, async_ticket{r, pending_, id, own},
+      auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop, async_ticket{r, pending_, id, own},
                                                     wait_context{bounded.deadline, own.get_token()}, std::move(ex),
                                                     std::move(done), acquire_probe<P>{}}};
       acquire* const raw = a.get();
@@ -395,6 +400,7 @@ class async_side {
  private:
   session& s_;
   const std::string& path_;
+  const hooks_ref<typename P::hooks>& hooks_;
   std::shared_ptr<pending_acquires> pending_ = std::make_shared<pending_acquires>();
   std::shared_ptr<async_runner> runner_;  // the session's, from the first asynchronous acquire on
 };

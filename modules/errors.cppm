@@ -14,26 +14,40 @@ enum class errc : int {
   system_error = -1,            ///< a system call inside the C client failed
   runtime_inconsistency = -2,   ///< the client found its own state inconsistent (a bug)
   data_inconsistency = -3,      ///< the client found inconsistent data (a bug)
-  connection_loss = -4,         ///< the connection dropped; the request's outcome is unknown
+  connection_loss = -4,         ///< the connection dropped; the request's outcome is unknown (zklock
+                                ///< retries its own requests; the C client's code, e.g. in logs)
   marshalling_error = -5,       ///< a request or reply could not be encoded or decoded
   unimplemented = -6,           ///< the server does not implement the operation (too old a server)
-  operation_timeout = -7,       ///< no answer before the deadline (e.g. still disconnected)
+  operation_timeout = -7,       ///< no answer in time: a call that waited connect_timeout for a
+                                ///< connection (session::flush(), opening a semaphore, contenders(),
+                                ///< record_hold()) or the C client's own timeout
   bad_arguments = -8,           ///< the client refused the arguments of a request
-  invalid_state = -9,           ///< the client handle is unusable: its session expired or was closed
+  invalid_state = -9,           ///< the client handle is unusable (zklock reports session_expired or
+                                ///< session_closed instead)
   new_config_no_quorum = -13,   ///< reconfig: no quorum of the new configuration is connected
   reconfig_in_progress = -14,   ///< reconfig: another reconfiguration is still running
   ssl_connection_error = -15,   ///< the TLS connection to the server failed
   api_error = -100,             ///< an unspecified server-side API error
-  no_node = -101,               ///< the node does not exist
-  no_auth = -102,               ///< the node's ACL denies this session the operation
+  no_node = -101,               ///< the node does not exist (record_hold(): the lock node is gone)
+  no_auth = -102,               ///< the node's ACL denies this session the operation; also a lock node
+                                ///< whose ACL would not let this session delete its contender node
+                                ///< again (zklock refuses to queue there), and unlock(ec) when the
+                                ///< server refused the delete
   bad_version = -103,           ///< the node's version is not the one the request expected
   no_children_for_ephemerals = -108,  ///< a node was to be created under an ephemeral node
-  node_exists = -110,           ///< the node to be created exists already
+  node_exists = -110,           ///< the node to be created exists already (record_hold(): another
+                                ///< session stored a record for that token)
   not_empty = -111,             ///< the node to be deleted has children
-  session_expired = -112,       ///< the session ended: the server deleted its nodes, its locks are lost
+  session_expired = -112,       ///< the session ended (expired on the server, or given up by zklock
+                                ///< after a suspension longer than its loss tolerance): its nodes are
+                                ///< gone. An acquire that was waiting queues again on the next session;
+                                ///< it reports this code if none is connected before its deadline or
+                                ///< none will come (reestablish_after_expiry off, re-establishment
+                                ///< refused); credentials() while no session is live
   invalid_callback = -113,      ///< the client was given an invalid callback
   invalid_acl = -114,           ///< the ACL of a create is malformed or empty
-  auth_failed = -115,           ///< the server refused the session's credentials
+  auth_failed = -115,           ///< the server refused the session's credentials (the constructor,
+                                ///< reestablish())
   closing = -116,               ///< the client handle is being closed
   nothing = -117,               ///< the client had no server replies to process (internal)
   session_moved = -118,         ///< the session moved to another server; this connection is stale
@@ -44,15 +58,26 @@ enum class errc : int {
   session_closed_requires_sasl_auth = -124,  ///< the server closed the session: it demands SASL
   throttled_op = -127,          ///< the server is overloaded and refused the request; retry later
   // zklock's own
-  connect_timeout = 1,     ///< the session (with its auth) was not established within connect_timeout
-  chroot_missing = 2,      ///< the connect string's chroot node does not exist
-  session_closed = 3,      ///< the session object was closed
-  lock_timeout = 4,        ///< a blocking lock() / acquire() hit the timeout policy's bound
-  lock_lost = 5,           ///< our contender node was deleted by someone else while we waited, or
-                           ///< the caller locks again while its earlier hold is lost (unlock first)
-  not_held = 6,            ///< the operation needs a hold (or lease) of the caller, and there is none
-  lease_count_mismatch = 7, ///< a semaphore was opened with another lease count than stored
-  cancelled = 8            ///< an asynchronous acquire was cancelled by its stop token
+  connect_timeout = 1,     ///< no session (with its auth) within connect_timeout: the constructor,
+                           ///< reestablish(), or a re-establishment after expiry
+  chroot_missing = 2,      ///< the connect string's chroot node does not exist (the constructor,
+                           ///< reestablish())
+  session_closed = 3,      ///< the session was closed (close() or its destructor) before or during
+                           ///< the call; also an asynchronous acquire still pending when its lock
+                           ///< object was destroyed
+  lock_timeout = 4,        ///< a blocking lock() / lock_shared() / acquire() reached the timeout
+                           ///< policy's bound; an asynchronous acquire reached its wait_context's
+                           ///< deadline or that bound
+  lock_lost = 5,           ///< the caller locks again (a re-entrant policy) while its earlier hold
+                           ///< of the lock object is lost: unlock it first
+  not_held = 6,            ///< a call that needs the caller's hold (fencing_token(), lost_token())
+                           ///< found none; the error_code overloads of unlock(), unlock_shared(),
+                           ///< release() and lock_hold::unlock() report a release of nothing held
+  lease_count_mismatch = 7, ///< a semaphore was opened with another lease count than its node stores
+  cancelled = 8,           ///< an asynchronous acquire was cancelled by a stop request on its
+                           ///< wait_context's token (a blocking try returns false instead)
+  contender_deleted = 9    ///< our contender node was deleted by someone else (not by this
+                           ///< session) while it waited: the acquire fails, nothing is granted
 };
 
 /// Returns: the one "zklock" category object. Its codes match these std::errc conditions:
@@ -70,9 +95,12 @@ inline std::error_condition make_error_condition(errc e) noexcept {
   return {static_cast<int>(e), error_category()};
 }
 
+}  // namespace zklock
+
+// Outside any `export`: reachable by the lock templates, not visible to importers.
+namespace zklock {
 /// Effects: throws std::system_error{e, what}. Throws: always.
 [[noreturn]] void throw_error(errc e, const std::string& what);
-
 }  // namespace zklock
 
 /// Makes zklock::errc convert implicitly to std::error_code (through make_error_code), so that

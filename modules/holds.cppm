@@ -35,32 +35,57 @@ import :policies;
 // visible to `import zklock;`.
 namespace zklock::detail {
 
-/// One granted hold: the node we hold and its loss signal.
+/// One granted hold: the node we hold (with its grant time) and its loss signal.
 struct hold {
-  held_node node;                     ///< the node we hold
+  held_node node;                     ///< the node we hold; node.granted_at: when it was granted
   std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost
-  clock::time_point granted{};        ///< when it was granted (measured for hooks only)
 };
 
-/// Returns: now if `H` is enabled, else the epoch without reading the clock (the one gate that
-/// keeps unused hooks free, with report_acquire and report_release).
+/// Who hears that a hold ended: the hooks of the lock object that granted it (shared with the
+/// lock_holds it hands out, which may outlive it), or nobody. Copyable; never throws.
+struct release_reporter {
+  std::shared_ptr<void> hooks;                                      ///< the hooks object; null: nobody
+  void (*report)(void* hooks, const release_stats&) noexcept = nullptr;  ///< calls its on_release
+  /// Effects: reports the release of a hold of `path` granted at `granted`, if anybody listens
+  /// (only then is the clock read).
+  void operator()(std::string_view path, clock::time_point granted) const noexcept {
+    if (report) report(hooks.get(), release_stats{path, clock::now() - granted});
+  }
+};
+
+/// The hooks instance of a lock object (zklock:hooks: given to its constructor, as allocators are):
+/// kept once on the heap, shared with the lock_holds the object grants; nothing at all when H is
+/// disabled (no_hooks: no allocation, no call, no clock read for the hooks).
+template <Hooks H>
+class hooks_ref {
+ public:
+  /// Effects: keeps `h` if H is enabled.
+  explicit hooks_ref(H h) {
+    if constexpr (H::enabled) p_ = std::make_shared<H>(std::move(h));
+  }
+  /// Effects: calls on_acquire(s) if enabled.
+  void acquired(const acquire_stats& s) const noexcept {
+    if constexpr (H::enabled) p_->on_acquire(s);
+  }
+  /// Returns: the reporter of releases to these hooks (nobody when disabled).
+  release_reporter reporter() const noexcept {
+    if constexpr (H::enabled)
+      return release_reporter{p_, [](void* h, const release_stats& r) noexcept { static_cast<H*>(h)->on_release(r); }};
+    else
+      return {};
+  }
+
+ private:
+  struct none {};
+  [[no_unique_address]] std::conditional_t<H::enabled, std::shared_ptr<H>, none> p_;
+};
+
+/// Returns: now if `H` is enabled, else the epoch without reading the clock (the start of an
+/// acquire is measured for hooks only).
 template <Hooks H>
 clock::time_point hook_now() noexcept {
   if constexpr (H::enabled) return clock::now();
   else return {};
-}
-
-/// Effects: the acquire hook of `H`, if enabled, for one attempt on `path`.
-template <Hooks H>
-void report_acquire(std::string_view path, clock::duration wait, const acquire_counters& c, bool acquired) noexcept {
-  if constexpr (H::enabled)
-    H::on_acquire(acquire_stats{path, wait, c.position, c.wakeups, c.requests, acquired, c.requeues});
-}
-
-/// Effects: the release hook of `H`, if enabled, for a hold of `path` granted at `granted`.
-template <Hooks H>
-void report_release(std::string_view path, clock::time_point granted) noexcept {
-  if constexpr (H::enabled) H::on_release(release_stats{path, clock::now() - granted});
 }
 
 /// The hooks' view of one acquire of a lock with the policies `P`: counts it while it runs (when
@@ -72,13 +97,15 @@ class acquire_probe {
  public:
   /// Returns: where the algorithm counts the attempt (nullptr when P's hooks are off: free).
   acquire_counters* counters() noexcept { return H::enabled ? &c_ : nullptr; }
-  /// Effects: reports the acquire to P's hooks (granted or not). Returns: the hold made of `g`,
-  /// stamped with its grant time (for hooks), or nullopt on timeout or cancellation.
-  std::optional<hold> finish(std::string_view path, std::optional<grant> g) noexcept {
-    const auto granted = hook_now<H>();
-    report_acquire<H>(path, granted - started_, c_, g.has_value());
+  /// Effects: reports the acquire of `path` to `hooks` (granted or not). Returns: the hold made of
+  /// `g`, or nullopt on timeout or cancellation.
+  std::optional<hold> finish(const hooks_ref<H>& hooks, std::string_view path, std::optional<grant> g) noexcept {
+    if constexpr (H::enabled) {
+      const auto end = g ? g->node.granted_at : clock::now();
+      hooks.acquired(acquire_stats{path, end - started_, c_.position, c_.wakeups, c_.requests, g.has_value(), c_.requeues});
+    }
     if (!g) return std::nullopt;
-    return hold{std::move(g->node), std::move(g->guard), granted};
+    return hold{std::move(g->node), std::move(g->guard)};
   }
 
  private:
@@ -87,31 +114,27 @@ class acquire_probe {
 };
 
 /// Runs the algorithm (acquire_node) with the watch and the wake-up of `P`, blocking the calling
-/// thread, and reports the attempt to P's hooks. Returns: the hold, or nullopt on timeout or
+/// thread, and reports the attempt to `hooks`. Returns: the hold, or nullopt on timeout or
 /// cancellation. Throws: as acquire_node (then no report).
 template <LockPolicies P, class Rule>
-std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc) {
+std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc,
+                                 const hooks_ref<typename P::hooks>& hooks) {
   acquire_probe<P> probe;
   auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc, probe.counters()).run();
-  return probe.finish(path, std::move(g));
+  return probe.finish(hooks, path, std::move(g));
 }
 
-/// Effects: ends `h` without a report: its loss signal goes quiet (our own delete is no loss) and
-/// its node is deleted (in the background if the connection is down). Returns: the server's
-/// refusal of the delete, if it refused (see release_node). Never throws.
-inline std::error_code end_hold(session& s, const hold& h) noexcept {
-  h.guard->release();
-  return release_node(s, h.node);
-}
-
-/// Effects: ends `h` as end_hold, but deletes its node only if `delete_node` (a node another side
-/// still holds stays), and reports the release to P's hooks. Returns: as end_hold. Never throws.
-template <LockPolicies P>
-std::error_code release_hold(session& s, const std::string& path, const hold& h, bool delete_node = true) noexcept {
+/// Effects: ends the hold `h` of `path`, however it ends (unlock(), a lock_hold, a destructor): its
+/// loss signal goes quiet (our own delete is no loss), its node is deleted unless `delete_node` is
+/// false (a node another side of the lock still holds stays; deleted in the background if the
+/// connection is down), and `report` hears of the release. Returns: the server's refusal of the
+/// delete, if it refused (see release_node). Never throws.
+inline std::error_code end_hold(session& s, const hold& h, std::string_view path, const release_reporter& report,
+                                bool delete_node = true) noexcept {
   h.guard->release();
   std::error_code refused;
   if (delete_node) refused = release_node(s, h.node);
-  report_release<typename P::hooks>(path, h.granted);
+  report(path, h.node.granted_at);
   return refused;
 }
 
@@ -141,8 +164,9 @@ class hold_book {
   /// (waiting for another thread's acquire of the same owner to finish first).
   /// Returns: reentered, acquire, or nullopt if `wc` ended (deadline or stop) while waiting.
   /// Throws: resource_deadlock_would_occur if the caller holds and R is not re-entrant;
-  /// errc::lock_lost if the caller's hold was lost (it must unlock() first).
-  std::optional<start> begin(const wait_context& wc) {
+  /// errc::lock_lost if the caller's hold was lost (it must unlock() first). `path` names the lock
+  /// in the messages.
+  std::optional<start> begin(const wait_context& wc, const std::string& path) {
     std::unique_lock lk{mu_};
     const auto key = R::owner();
     for (;;) {
@@ -150,10 +174,10 @@ class hold_book {
       if (it == holds_.end()) break;
       if (!it->second.acquiring) {
         if (it->second.h.guard && it->second.h.guard->lost())  // never count on a lease that ended
-          throw_error(errc::lock_lost, "zklock: the caller's hold of this lock was lost; unlock() it first");
+          throw_error(errc::lock_lost, "zklock: locking " + path + " again: the caller's hold of it was lost; unlock() it first");
         if constexpr (!R::reentrant)
           throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
-                                  "zklock: the caller already holds this lock");
+                                  "zklock: locking " + path + " again: the caller holds it (the reentrancy policy is not re-entrant)");
         ++it->second.count;
         return start::reentered;
       }
@@ -184,18 +208,22 @@ class hold_book {
     cv_.notify_all();
   }
 
-  /// Effects: drops one hold of the caller. Returns: the hold when it was the last one (its loss
-  /// signal already quiet: our own delete is no loss), for the caller to end.
-  std::optional<hold> end() noexcept {
+  /// What end() found.
+  struct ended {
+    bool held = false;          ///< the caller held (else nothing happened)
+    std::optional<hold> last;   ///< the hold, when that was its last count: for the caller to end
+  };
+  /// Effects: drops one hold of the caller. Returns: whether it held, and the hold when that was
+  /// its last count (to end with end_hold).
+  ended end() noexcept {
     std::lock_guard lk{mu_};
     auto it = holds_.find(R::owner());
-    if (it == holds_.end() || it->second.acquiring) return std::nullopt;
-    if (--it->second.count > 0) return std::nullopt;
-    it->second.h.guard->release();
-    std::optional<hold> h{std::move(it->second.h)};
+    if (it == holds_.end() || it->second.acquiring) return {};
+    if (--it->second.count > 0) return {true, std::nullopt};
+    ended out{true, std::move(it->second.h)};
     holds_.erase(it);
     cv_.notify_all();
-    return h;
+    return out;
   }
 
   /// Returns: a copy of the caller's hold, if it holds.
@@ -245,24 +273,27 @@ class hold_book {
 template <LockPolicies P>
 class lock_side {
  public:
-  /// Effects: a side of the lock node `path` (which must outlive it) on session `s`; no request.
-  lock_side(session& s, const std::string& path) : s_(s), path_(path) {}
-  /// Effects: releases every hold still recorded (never throws).
+  /// Effects: a side of the lock node `path` on session `s`, reporting to `hooks` (both must
+  /// outlive it); no request.
+  lock_side(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks)
+      : s_(s), path_(path), hooks_(hooks) {}
+  /// Effects: ends every hold still recorded (never throws). A node both sides hold (a downgrade)
+  /// is deleted twice: the second delete finds nothing.
   ~lock_side() {
-    // A node both sides hold (downgrade) is deleted twice: the second delete finds nothing.
-    for (auto& h : book_.take_all()) (void)end_hold(s_, h);
+    const auto report = hooks_.reporter();
+    for (auto& h : book_.take_all()) (void)end_hold(s_, h, path_, report);
   }
 
   /// Effects: re-enters the caller's hold, or runs the algorithm with `rule` within `wc`.
   /// Returns: whether the caller holds. Throws: as hold_book::begin and acquire_node.
   template <class Rule>
   bool acquire(const Rule& rule, const wait_context& wc) {
-    const auto st = book_.begin(wc);
+    const auto st = book_.begin(wc, path_);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
     std::optional<hold> h;
     try {
-      h = acquire_hold<P>(s_, path_, rule, wc);
+      h = acquire_hold<P>(s_, path_, rule, wc, hooks_);
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
@@ -275,32 +306,31 @@ class lock_side {
   /// Effects: gives the caller a hold on `n`, a node it holds through another side (a downgrade
   /// shares the write node with the read side). Returns: false if `wc` ended meanwhile.
   bool adopt(const held_node& n, const wait_context& wc) {
-    const auto st = book_.begin(wc);
+    const auto st = book_.begin(wc, path_);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
-    std::shared_ptr<hold_guard> guard;
+    std::optional<hold> h;
     try {
-      guard = std::make_shared<hold_guard>(s_, loss_token(s_, n.generation));
+      h = hold{n, std::make_shared<hold_guard>(s_, loss_token(s_, n.generation))};
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
     }
-    book_.finish(hold{n, std::move(guard), hook_now<typename P::hooks>()});
+    h->node.granted_at = clock::now();  // this side's hold begins now
+    book_.finish(std::move(h));
     return true;
   }
 
-  /// Effects: drops one hold of the caller; the last one deletes the node.
-  /// Returns: the server's refusal of that delete, if it refused (see release_node). Never throws.
-  std::error_code release() noexcept {
-    const auto h = book_.end();
-    return h ? release_hold<P>(s_, path_, *h) : std::error_code{};
-  }
-
-  /// Effects: as release(), but keeps the node while the caller still holds it through `other`.
-  /// Returns: as release().
-  std::error_code release_unless_held_by(const lock_side& other) noexcept {
-    const auto h = book_.end();
-    return h ? release_hold<P>(s_, path_, *h, !other.book_.holds_node(h->node.path)) : std::error_code{};
+  /// Effects: drops one hold of the caller; the last one ends it (end_hold), deleting its node
+  /// unless the caller still holds that node through `other` (a downgrade). Nothing happens if the
+  /// caller holds nothing. Returns: errc::not_held if it held nothing, else the server's refusal of
+  /// the delete if it refused (see release_node), else a cleared code. Never throws.
+  std::error_code release(const lock_side* other = nullptr) noexcept {
+    auto e = book_.end();
+    if (!e.held) return make_error_code(errc::not_held);
+    if (!e.last) return {};
+    const bool delete_node = !other || !other->book_.holds_node(e.last->node.path);
+    return end_hold(s_, *e.last, path_, hooks_.reporter(), delete_node);
   }
 
   /// Returns: the caller's held node, if any.
@@ -310,22 +340,15 @@ class lock_side {
     return std::move(h->node);
   }
 
-  /// Returns: the czxid of the caller's node. Throws: errc::not_held.
-  std::int64_t fencing_token() const {
-    const auto h = book_.held();
-    if (!h) throw_error(errc::not_held, "zklock: fencing_token() needs the lock held by the caller");
-    return h->node.czxid;
-  }
+  /// Returns: the czxid of the caller's node. Throws: errc::not_held naming `fn` and the path.
+  std::int64_t fencing_token(const char* fn) const { return caller_hold(fn).node.czxid; }
 
   /// Returns: whether the caller holds (bookkeeping only).
   bool held() const noexcept { return book_.count() > 0; }
 
-  /// Returns: the loss token of the caller's hold (see lost_token_of). Throws: not_held.
-  std::stop_token lost_token() const {
-    const auto h = book_.held();
-    if (!h) throw_error(errc::not_held, "zklock: lost_token() needs the lock held by the caller");
-    return lost_token_of(s_, *h);
-  }
+  /// Returns: the loss token of the caller's hold (see lost_token_of). Throws: errc::not_held
+  /// naming `fn` and the path.
+  std::stop_token lost_token(const char* fn) const { return lost_token_of(s_, caller_hold(fn)); }
 
   /// Returns: whether the caller holds and no loss was signalled (see still_owned_of).
   bool still_owned() const noexcept {
@@ -338,15 +361,17 @@ class lock_side {
   }
 
  private:
+  hold caller_hold(const char* fn) const {
+    auto h = book_.held();
+    if (!h) throw_error(errc::not_held, std::string{"zklock: "} + fn + " on " + path_ + ": the caller does not hold it");
+    return std::move(*h);
+  }
   using book = hold_book<typename P::reentrancy>;
   session& s_;
   const std::string& path_;
+  const hooks_ref<typename P::hooks>& hooks_;
   book book_;
 };
-
-/// Returns: errc::not_held as a std::error_code (what a release by a caller that holds nothing
-/// reports). Never throws.
-inline std::error_code not_held() noexcept { return make_error_code(errc::not_held); }
 
 /// Returns: `path`, once validate_path accepted it. Throws: std::invalid_argument for a bad path.
 inline std::string checked_path(std::string path) {
@@ -354,14 +379,14 @@ inline std::string checked_path(std::string path) {
   return path;
 }
 
-/// Returns: the deadline `d` from now, for the try_*_for function `fn` (time_point::max(), i.e. no
-/// deadline, if it lies beyond the clock's range). Throws: std::invalid_argument naming `fn` if `d`
-/// is negative (or NaN): a negative wait is a caller's bug, not "try once".
+/// Returns: the deadline `d` from now (time_point::max(), i.e. no deadline, if it lies beyond the
+/// clock's range; now if `d` <= 0: one attempt, as the standard's try_lock_for). Throws:
+/// std::invalid_argument naming `fn` if `d` is NaN.
 template <class Rep, class Period>
 clock::time_point deadline_after(const std::chrono::duration<Rep, Period>& d, const char* fn) {
-  if (!(d >= d.zero()))
-    throw std::invalid_argument(std::string{"zklock: "} + fn + "() needs a non-negative duration");
   const auto now = clock::now();
+  if (d <= d.zero()) return now;
+  if (!(d > d.zero())) throw std::invalid_argument(std::string{"zklock: "} + fn + "() got a duration that is not a number");
   using seconds = std::chrono::duration<long double>;  // compares without overflow
   if (seconds{d} >= seconds{clock::time_point::max() - now}) return clock::time_point::max();
   return now + std::chrono::ceil<clock::duration>(d);

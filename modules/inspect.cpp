@@ -43,18 +43,7 @@ const char* to_string(contender_state s) noexcept {
 
 namespace {
 
-std::optional<long long> whole_number(std::string_view v) {
-  long long n = 0;
-  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc{} || ptr != v.data() + v.size() || v.empty()) return std::nullopt;
-  return n;
-}
-
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  return out;
-}
+using detail::whole_number;
 
 contender_side side_of(detail::contender_kind k) noexcept {
   switch (k) {
@@ -218,31 +207,6 @@ stored_hold_record record_hold(session& s, std::string_view path_in, std::int64_
   return out;
 }
 
-contender_identity parse_identity(std::string_view data) {
-  contender_identity w;
-  bool ours = false;
-  for (std::string_view rest = data; !rest.empty();) {
-    const auto sp = rest.find(' ');
-    const std::string_view word = rest.substr(0, sp);
-    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-    if (word.starts_with("host=")) {
-      w.host = printable(word.substr(5));
-      ours = true;
-    } else if (word.starts_with("pid=")) {
-      w.pid = whole_number(word.substr(4));
-    } else if (word.starts_with("since=")) {
-      if (const auto ms = whole_number(word.substr(6)))
-        w.since = std::chrono::system_clock::time_point{std::chrono::milliseconds{*ms}};
-    }
-  }
-  if (!ours) {  // another library's data, e.g. Curator's: the client's IP address as text
-    w = contender_identity{};
-    while (!data.empty() && (data.back() == ' ' || data.back() == '\n' || data.back() == '\0')) data.remove_suffix(1);
-    w.host = printable(data);
-  }
-  return w;
-}
-
 std::vector<contender_info> contenders(session& s, std::string_view path_in) {
   const std::string path = detail::checked_path(std::string{path_in});
   const auto listing = detail::list_children(s, path, nullptr, detail::clock::now() + s.options().connect_timeout);
@@ -259,7 +223,8 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
     ci.side = side_of(c.kind);
     ci.token = info->czxid;
     ci.session_id = info->ephemeral_owner;
-    ci.who = parse_identity(info->data);
+    auto who = detail::parse_identity(info->data);
+    ci.who = contender_identity{std::move(who.host), who.pid, who.since};
     out.push_back(std::move(ci));
     present.push_back(std::move(c));
   }

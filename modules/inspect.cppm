@@ -134,8 +134,4 @@ bool wait_until_free(session& s, std::string_view path, const wait_context& wc =
 /// Throws: std::invalid_argument naming the problem.
 void validate_lock_path(std::string_view path);
 
-/// Returns: the identity in a contender node's `data` (see contender_identity). Never throws
-/// anything but std::bad_alloc.
-contender_identity parse_identity(std::string_view data);
-
 }  // namespace zklock

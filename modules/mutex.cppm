@@ -23,16 +23,25 @@ export namespace zklock {
 /// A fair, cluster-wide mutex: the standard TimedLockable interface over the one algorithm.
 /// Default (default_policies): predecessor watch, condition-variable wake-up, not re-entrant,
 /// lock() waits forever, no hooks.
+///
+/// Timed calls follow the standard: a duration <= 0 or a past time point makes one attempt, like
+/// try_lock(). Releasing what the caller does not hold is a precondition violation that zklock
+/// checks: unlock() then does nothing, unlock(ec) reports errc::not_held (the same rule for every
+/// lock type, side and lock_hold).
 template <LockPolicies P = default_policies>
 class basic_mutex {
  public:
   /// The policy bundle this type is built from (zklock:policies).
   using policies = P;
+  /// The hooks type of the bundle; an instance of it is given to the constructor.
+  using hooks_type = typename P::hooks;
 
-  /// Effects: names the lock node `path` (created on first use). Throws: std::invalid_argument for
-  /// a bad path. The session must outlive the mutex.
-  basic_mutex(session& s, std::string path)
-      : path_(detail::checked_path(std::move(path))), side_(s, path_), async_(s, path_) {}
+  /// Effects: names the lock node `path` (created on first use); `hooks` observes this object's
+  /// acquires and releases (and those of the lock_holds it grants; zklock:hooks). Throws:
+  /// std::invalid_argument for a bad path. The session must outlive the mutex.
+  basic_mutex(session& s, std::string path, hooks_type hooks = {})
+      : path_(detail::checked_path(std::move(path))), hooks_(std::move(hooks)), side_(s, path_, hooks_),
+        async_(s, path_, hooks_) {}
 
   /// Effects: completes the asynchronous acquires still pending (errc::session_closed) and releases
   /// any hold left, except those of lock_holds (never throws).
@@ -42,57 +51,51 @@ class basic_mutex {
 
   /// Effects: blocks until the caller holds the lock (or re-enters it, per the reentrancy policy).
   /// Throws: std::system_error: resource_deadlock_would_occur if the caller holds it and the
-  /// reentrancy policy does not re-enter; errc::lock_timeout when the timeout policy's bound
-  /// passes; session or server failures.
+  /// reentrancy policy does not re-enter; errc::lock_lost if its earlier hold was lost;
+  /// errc::lock_timeout when the timeout policy's bound passes; session or server failures.
   void lock() {
     if (!side_.acquire(detail::exclusive_rule{}, {P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: lock() on " + path_);
+      throw_error(errc::lock_timeout, "zklock: lock() on " + path_ + ": the timeout policy's bound passed");
   }
 
   /// Effects: one attempt without waiting. Returns: whether the caller now holds the lock.
   /// Throws: as lock(), but never lock_timeout.
-  bool try_lock() { return side_.acquire(detail::exclusive_rule{}, {detail::clock::now()}); }
+  [[nodiscard]] bool try_lock() { return side_.acquire(detail::exclusive_rule{}, {detail::clock::now()}); }
 
-  /// Effects: waits at most `d`. Returns: whether the caller holds the lock; on false nothing of
-  /// the attempt is left on the server. Throws: as try_lock(); std::invalid_argument if `d` < 0.
+  /// Effects: waits at most `d` (<= 0: one attempt). Returns: whether the caller holds the lock;
+  /// on false nothing of the attempt is left on the server. Throws: as try_lock().
   template <class Rep, class Period>
-  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+  [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
     return side_.acquire(detail::exclusive_rule{}, {detail::deadline_after(d, "try_lock_for")});
   }
 
-  /// Effects: waits until `t` at most (converted to steady_clock once; a past `t` makes one
-  /// attempt). Returns: as try_lock_for. Throws: as try_lock().
+  /// Effects: waits until `t` at most (converted to steady_clock once; a past `t`: one attempt).
+  /// Returns: as try_lock_for. Throws: as try_lock().
   template <class Clock, class Duration>
-  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+  [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
     return side_.acquire(detail::exclusive_rule{}, {detail::steady_deadline(t)});
   }
 
-  /// Effects: waits until `wc.deadline` at most, and only until a stop is requested on `wc.stop`
-  /// (from any thread). Returns: whether the caller holds the lock; on false (the deadline passed
-  /// or the wait was cancelled) nothing of the attempt is left on the server. Throws: as try_lock().
-  bool try_lock(const wait_context& wc) { return side_.acquire(detail::exclusive_rule{}, wc); }
+  /// Effects: waits until `wc.deadline` at most (a past one: one attempt), and only until a stop
+  /// is requested on `wc.stop` (from any thread). Returns: whether the caller holds the lock; on
+  /// false (the deadline passed or the wait was cancelled) nothing of the attempt is left on the
+  /// server. Throws: as try_lock().
+  [[nodiscard]] bool try_lock(const wait_context& wc) { return side_.acquire(detail::exclusive_rule{}, wc); }
 
   /// Effects: releases one hold of the caller; the last one deletes the node (retried in the
-  /// background if the connection is down). Does nothing if the caller does not hold (the
-  /// overload below reports that). Never throws.
+  /// background if the connection is down). Does nothing if the caller does not hold (a
+  /// precondition violation; unlock(ec) reports it). Never throws.
   void unlock() noexcept { (void)side_.release(); }
 
-  /// Effects: as unlock(), reporting instead of ignoring a caller that does not hold: then nothing
-  /// happens and `ec` is errc::not_held. Else `ec` is the server's refusal of the delete if it
-  /// refused (errc::no_auth: the lock node's ACL changed under us; the node stays until the
-  /// session ends, and the hold is over all the same), or cleared. Never throws (for destructors
-  /// and callers that must not throw but want to know).
-  void unlock(std::error_code& ec) noexcept {
-    if (!side_.held()) {
-      ec = detail::not_held();
-      return;
-    }
-    ec = side_.release();
-  }
+  /// Effects: as unlock(). `ec`: errc::not_held if the caller does not hold (nothing happens);
+  /// else the server's refusal of the delete if it refused (errc::no_auth: the lock node's ACL
+  /// changed under us; the node stays until the session ends, and the hold is over all the same);
+  /// else cleared. Never throws (for destructors and callers that must not throw but want to know).
+  void unlock(std::error_code& ec) noexcept { ec = side_.release(); }
 
   /// Returns: the fencing token of the caller's hold: the creation zxid of its node, strictly
   /// increasing across successive holders. Throws: std::system_error(errc::not_held).
-  std::int64_t fencing_token() const { return side_.fencing_token(); }
+  std::int64_t fencing_token() const { return side_.fencing_token("fencing_token()"); }
 
   /// Returns: whether the caller holds the lock (as far as this object knows).
   bool owns_lock() const noexcept { return side_.held(); }
@@ -101,11 +104,10 @@ class basic_mutex {
   /// the session expired, was closed, or stayed disconnected longer than its loss tolerance, or our
   /// node was deleted by someone else (watched from the first call on, which costs one request).
   /// It never fires because of our own unlock(). Throws: std::system_error(errc::not_held).
-  std::stop_token lost_token() const { return side_.lost_token(); }
+  std::stop_token lost_token() const { return side_.lost_token("lost_token()"); }
 
   /// Returns: whether the caller holds the lock and no loss has been signalled.
   bool still_owned() const noexcept { return side_.still_owned(); }
-
 
   /// Effects: starts an asynchronous acquire of the lock and returns at once (never blocks): `cb`
   /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
@@ -113,7 +115,8 @@ class basic_mutex {
   /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
   /// errc::session_closed if the session is closed or this object destroyed first, session and
   /// server failures as the blocking call. On failure nothing is left on the server. The hold is
-  /// the lock_hold's, not a thread's (the reentrancy policy does not apply).
+  /// the lock_hold's, not a thread's: the reentrancy axis does not apply, nor does the wake-up axis
+  /// (an asynchronous acquire suspends instead of blocking a thread).
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
@@ -136,6 +139,7 @@ class basic_mutex {
 
  private:
   std::string path_;
+  detail::hooks_ref<hooks_type> hooks_;
   detail::lock_side<P> side_;
   detail::async_side<P> async_;  // last: destroyed first
 };

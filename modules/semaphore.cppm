@@ -2,6 +2,7 @@
 // zklock:semaphore — basic_counting_semaphore: leases of one semaphore node, held by the object.
 module;
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,82 +23,91 @@ import :holds;
 import :policies;
 import :timeout;
 import :async;
+import :reentrancy;
 
 export namespace zklock {
 
 /// A cluster-wide counting semaphore with a fixed number of leases, stored on the semaphore node.
 /// Each acquire takes one more lease (one contender node); release() returns the most recent one,
 /// from any thread. Fair: leases go in queue order. The leases are the object's, not a thread's:
-/// the bundle's reentrancy axis does not apply (every acquire takes a lease of its own).
+/// the bundle's reentrancy axis has no meaning here, and a bundle that names a model other than
+/// reentrancy_none does not compile. Timed calls and releases of what is not held follow
+/// basic_mutex's rules.
 template <LockPolicies P = default_policies>
 class basic_counting_semaphore {
+  static_assert(std::same_as<typename P::reentrancy, reentrancy_none>,
+                "zklock::basic_counting_semaphore: the policy bundle's reentrancy axis does not apply to a "
+                "semaphore (its leases are the object's, every acquire takes one more): leave it reentrancy_none");
+
  public:
   /// The policy bundle this type is built from (zklock:policies).
   using policies = P;
+  /// The hooks type of the bundle; an instance of it is given to the constructor.
+  using hooks_type = typename P::hooks;
 
-  /// Effects: opens (creating if needed) the semaphore node `path` with `leases` leases.
+  /// Effects: opens (creating if needed) the semaphore node `path` with `leases` leases; `hooks`
+  /// observes this object's acquires and releases (and those of the lock_holds it grants).
   /// Throws: std::invalid_argument for a bad path or leases outside 1..1,000,000; std::system_error
   /// (errc::lease_count_mismatch) if the node stores another count; session failures.
-  basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases)
-      : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)), async_(s, path_) {
+  basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases, hooks_type hooks = {})
+      : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)), hooks_(std::move(hooks)),
+        async_(s, path_, hooks_) {
     detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_));
   }
   /// Effects: returns every lease still held (never throws).
   ~basic_counting_semaphore() {
-    for (auto& l : held_) (void)detail::end_hold(s_, l);
+    const auto report = hooks_.reporter();
+    for (auto& l : held_) (void)detail::end_hold(s_, l, path_, report);
   }
   basic_counting_semaphore(const basic_counting_semaphore&) = delete;
   basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;
 
-  /// Effects: blocks until a lease is granted. Throws: errc::lock_timeout when the timeout policy's bound passes;
-  /// session or server failures.
+  /// Effects: blocks until a lease is granted. Throws: errc::lock_timeout when the timeout policy's
+  /// bound passes; session or server failures.
   void acquire() {
-    if (!try_acquire_until_impl({P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: acquire() on " + path_);
+    if (!acquire_within({P::timeout::lock_deadline(detail::clock::now())}))
+      throw_error(errc::lock_timeout, "zklock: acquire() on " + path_ + ": the timeout policy's bound passed");
   }
   /// Effects, Returns: one attempt without waiting: whether a lease was granted. Throws: as
   /// acquire(), but never lock_timeout.
-  bool try_acquire() { return try_acquire_until_impl({detail::clock::now()}); }
-  /// Effects, Returns: waits at most `d` for a lease. Throws: as try_acquire();
-  /// std::invalid_argument if `d` < 0.
+  [[nodiscard]] bool try_acquire() { return acquire_within({detail::clock::now()}); }
+  /// Effects, Returns: waits at most `d` (<= 0: one attempt) for a lease. Throws: as try_acquire().
   template <class Rep, class Period>
-  bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_acquire_until_impl({detail::deadline_after(d, "try_acquire_for")});
+  [[nodiscard]] bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
+    return acquire_within({detail::deadline_after(d, "try_acquire_for")});
   }
   /// Effects, Returns: waits until `t` at most for a lease (a past `t`: one attempt).
   /// Throws: as try_acquire().
   template <class Clock, class Duration>
-  bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
-    return try_acquire_until_impl({detail::steady_deadline(t)});
+  [[nodiscard]] bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return acquire_within({detail::steady_deadline(t)});
   }
-  /// Effects, Returns: waits for a lease within `wc` (its deadline, and until a stop is requested
-  /// on its token); false on timeout or cancellation, leaving nothing on the server. Throws: as
-  /// try_acquire().
-  bool try_acquire(const wait_context& wc) { return try_acquire_until_impl(wc); }
-  /// Effects: returns the most recently granted lease of this object (a delete the server refuses
-  /// goes to the log handler; release(ec) reports it). Throws: std::system_error(errc::not_held)
-  /// if it holds none.
-  void release() {
+  /// Effects, Returns: waits for a lease within `wc` (its deadline, a past one: one attempt; and
+  /// until a stop is requested on its token); false on timeout or cancellation, leaving nothing on
+  /// the server. Throws: as try_acquire().
+  [[nodiscard]] bool try_acquire(const wait_context& wc) { return acquire_within(wc); }
+  /// Effects: returns the most recently granted lease of this object; does nothing if it holds
+  /// none (a precondition violation; release(ec) reports it). A delete the server refuses goes to
+  /// the log handler (release(ec) reports it). Never throws.
+  void release() noexcept {
     std::error_code ec;
     release(ec);
-    if (ec == detail::not_held()) throw_error(errc::not_held, "zklock: release() on " + path_ + " without a lease");
   }
-  /// Effects: as release(), but a semaphore object holding no lease sets `ec` to errc::not_held
-  /// (and does nothing) instead of throwing; else `ec` is the server's refusal of the delete if it
-  /// refused (errc::no_auth; the lease is returned all the same, its node stays until the session
-  /// ends), or cleared. Never throws.
+  /// Effects: as release(). `ec`: errc::not_held if the object holds no lease (nothing happens);
+  /// else the server's refusal of the delete if it refused (errc::no_auth; the lease is returned
+  /// all the same, its node stays until the session ends); else cleared. Never throws.
   void release(std::error_code& ec) noexcept {
     std::optional<detail::hold> l;
     {
       std::lock_guard lk{mu_};
       if (held_.empty()) {
-        ec = detail::not_held();
+        ec = make_error_code(errc::not_held);
         return;
       }
       l = std::move(held_.back());
       held_.pop_back();
     }
-    ec = detail::release_hold<P>(s_, path_, *l);
+    ec = detail::end_hold(s_, *l, path_, hooks_.reporter());
   }
   /// Returns: how many leases this object holds.
   std::ptrdiff_t held_leases() const noexcept {
@@ -110,17 +120,18 @@ class basic_counting_semaphore {
   /// release() returns next) can no longer be guaranteed: as basic_mutex::lost_token (the first
   /// call arms a watch on the lease's node: one request). Throws: std::system_error(errc::not_held)
   /// if the object holds no lease.
-  std::stop_token lost_token() const {
-    const auto l = latest();
-    if (!l) throw_error(errc::not_held, "zklock: lost_token() on " + path_ + " without a lease");
-    return detail::lost_token_of(s_, *l);
-  }
+  std::stop_token lost_token() const { return detail::lost_token_of(s_, latest("lost_token()")); }
   /// Returns: whether the object holds a lease and no loss of its most recent one was signalled
   /// (the first call arms the watch, as lost_token() does).
   bool still_owned() const noexcept {
     try {
-      const auto l = latest();
-      return l && detail::still_owned_of(s_, *l);
+      std::optional<detail::hold> l;
+      {
+        std::lock_guard lk{mu_};
+        if (held_.empty()) return false;
+        l = held_.back();
+      }
+      return detail::still_owned_of(s_, *l);
     } catch (...) {  // allocation failure while looking
       return false;
     }
@@ -128,22 +139,18 @@ class basic_counting_semaphore {
   /// Returns: the fencing token of the most recently granted lease of this object (the one
   /// release() returns next): the creation zxid of its node, larger than that of every lease
   /// granted before it. Throws: std::system_error(errc::not_held) if the object holds no lease.
-  std::int64_t fencing_token() const {
-    const auto l = latest();
-    if (!l) throw_error(errc::not_held, "zklock: fencing_token() on " + path_ + " without a lease");
-    return l->node.czxid;
-  }
+  std::int64_t fencing_token() const { return latest("fencing_token()").node.czxid; }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
   /// Effects: starts an asynchronous acquire of one lease and returns at once (never blocks): `cb`
   /// runs exactly once, on `ex` (default: the session's completion thread), with a cleared code and
-  /// the lease (a lock_hold: it is not
-  /// one of this object's leases, and release() never returns it), or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the
-  /// timeout policy's bound) passes, errc::cancelled on a stop request on `wc.stop`,
-  /// errc::session_closed if the session is closed or this object destroyed first, session and
-  /// server failures as the blocking call. On failure nothing is left on the server. The hold is
-  /// the lock_hold's, not a thread's (the reentrancy policy does not apply).
+  /// the lease (a lock_hold: it is not one of this object's leases, and release() never returns
+  /// it), or with the error (hold empty): errc::lock_timeout when `wc.deadline` (or the timeout
+  /// policy's bound) passes, errc::cancelled on a stop request on `wc.stop`, errc::session_closed
+  /// if the session is closed or this object destroyed first, session and server failures as the
+  /// blocking call. On failure nothing is left on the server. The wake-up axis does not apply (an
+  /// asynchronous acquire suspends instead of blocking a thread).
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
@@ -163,30 +170,34 @@ class basic_counting_semaphore {
 
  private:
   static std::ptrdiff_t checked_leases(std::ptrdiff_t n) {
-    if (n < 1 || n > 1'000'000) throw std::invalid_argument("zklock: a semaphore needs 1..1000000 leases");
+    if (n < 1 || n > 1'000'000)
+      throw std::invalid_argument("zklock::basic_counting_semaphore: " + std::to_string(n) +
+                                  " leases; a semaphore has 1..1000000");
     return n;
   }
-  bool try_acquire_until_impl(const wait_context& wc) {
-    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc);
+  bool acquire_within(const wait_context& wc) {
+    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, hooks_);
     if (!l) return false;
     try {
       std::lock_guard lk{mu_};
       held_.push_back(std::move(*l));
     } catch (...) {
-      (void)detail::end_hold(s_, *l);
+      (void)detail::end_hold(s_, *l, path_, hooks_.reporter());
       throw;
     }
     return true;
   }
-  /// Returns: a copy of the most recently granted lease, if any.
-  std::optional<detail::hold> latest() const {
+  /// Returns: a copy of the most recently granted lease. Throws: errc::not_held naming `fn`.
+  detail::hold latest(const char* fn) const {
     std::lock_guard lk{mu_};
-    if (held_.empty()) return std::nullopt;
+    if (held_.empty())
+      throw_error(errc::not_held, std::string{"zklock: "} + fn + " on " + path_ + ": the object holds no lease");
     return held_.back();
   }
   session& s_;
   std::string path_;
   std::ptrdiff_t leases_;
+  detail::hooks_ref<hooks_type> hooks_;
   mutable std::mutex mu_;
   std::vector<detail::hold> held_;  // the leases, in grant order
   detail::async_side<P> async_;     // last: destroyed first

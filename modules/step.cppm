@@ -192,8 +192,6 @@ class resume_waiter final : public wake_target, public std::enable_shared_from_t
   explicit resume_waiter(std::shared_ptr<async_runner> r) noexcept : r_(std::move(r)) {}
   /// Effects: marks it woken; resumes the suspended acquire, if any. Never throws.
   void wake() noexcept override;
-  /// Effects: none (one waiter serves one wait).
-  void reset() noexcept {}
   /// Effects: suspends the acquire `h` until a wake-up or `deadline` (time_point::max(): none).
   /// Returns: false if it was woken already (then `h` must not suspend).
   bool suspend(std::coroutine_handle<> h, std::chrono::steady_clock::time_point deadline);

@@ -2,16 +2,22 @@
 // zklock:hooks — what a lock reports about itself (observability), at no cost when unused.
 //
 //   no_hooks        The default: nothing is measured (every measurement is compiled out).
-//   Your own hooks  A stateless struct with `static constexpr bool enabled = true;` and two static
-//                   noexcept functions, on_acquire(const acquire_stats&) and
+//   Your own hooks  A copyable type with `static constexpr bool enabled = true;` and two noexcept
+//                   member (or static) functions, on_acquire(const acquire_stats&) and
 //                   on_release(const release_stats&), called on the acquiring / releasing thread
-//                   after each acquire attempt and each final release. Forward them to your
-//                   metrics library; keep them short (they run with no lock of ours held).
-//   Example:        struct prom_hooks { static constexpr bool enabled = true;
-//                     static void on_acquire(const zklock::acquire_stats& s) noexcept { wait_hist.observe(s.wait); }
-//                     static void on_release(const zklock::release_stats& s) noexcept { hold_hist.observe(s.held); } };
+//                   after each acquire attempt and each final release, from any thread that uses
+//                   the lock (make them thread-safe, and keep them short: they run with no lock of
+//                   ours held). A lock object gets its hooks instance as its constructor's last
+//                   argument, as a container gets its allocator (default: a value-initialised one);
+//                   it keeps one copy, shared with the lock_holds it grants. So a hooks type may
+//                   carry a pointer to your metrics registry: no global is needed.
+//   Example:        struct prom_hooks {
+//                     static constexpr bool enabled = true;
+//                     metrics* m;
+//                     void on_acquire(const zklock::acquire_stats& s) noexcept { m->wait.observe(s.wait); }
+//                     void on_release(const zklock::release_stats& s) noexcept { m->held.observe(s.held); } };
 //                   struct observed : zklock::default_policies { using hooks = prom_hooks; };
-//                   using observed_mutex = zklock::basic_mutex<observed>;
+//                   zklock::basic_mutex<observed> m{session, "/locks/x", prom_hooks{&registry}};
 // Plug it in as the bundle's `hooks` (zklock:policies). The lock types call the hooks through one
 // helper that compiles every measurement out when `enabled` is false.
 module;
@@ -42,13 +48,14 @@ struct release_stats {
   std::chrono::steady_clock::duration held{};  ///< from the grant to the release
 };
 
-/// Observability hooks: an empty type with a static `enabled` (false compiles every measurement
-/// out) and static noexcept on_acquire(const acquire_stats&) and on_release(const release_stats&).
-template <class P>
-concept Hooks = std::is_empty_v<P> && requires(const acquire_stats& a, const release_stats& r) {
-  { P::enabled } -> std::convertible_to<bool>;
-  { P::on_acquire(a) } noexcept;
-  { P::on_release(r) } noexcept;
+/// Observability hooks: a copyable type with a static `enabled` (false compiles every measurement
+/// out) and noexcept on_acquire(const acquire_stats&) and on_release(const release_stats&), member
+/// or static functions.
+template <class H>
+concept Hooks = std::copy_constructible<H> && requires(H& h, const acquire_stats& a, const release_stats& r) {
+  { H::enabled } -> std::convertible_to<bool>;
+  { h.on_acquire(a) } noexcept;
+  { h.on_release(r) } noexcept;
 };
 
 /// No observability, no cost (the default).

@@ -46,18 +46,18 @@ class wake_target {
   std::atomic<bool> node_deleted{false};
 };
 
-/// A wakeup policy: an empty type naming a default-constructible `waiter` (a wake_target
-/// with reset() and bool wait_until(deadline)) and a static `fresh_per_wait`: whether each wait
-/// gets a new waiter instead of a reset one.
+/// A wakeup policy: an empty type naming a default-constructible `waiter` (a wake_target with
+/// bool wait_until(deadline)) and a static `fresh_per_wait`: whether each wait gets a new waiter;
+/// a waiter that serves several waits (fresh_per_wait false) also has reset(), called before each.
 template <class P>
 concept WakeupPolicy =
     std::is_empty_v<P> && std::derived_from<typename P::waiter, wake_target> &&
     std::default_initializable<typename P::waiter> &&
     requires(typename P::waiter& w, std::chrono::steady_clock::time_point d) {
       { P::fresh_per_wait } -> std::convertible_to<bool>;
-      w.reset();
       { w.wait_until(d) } -> std::same_as<bool>;
-    };
+    } &&
+    (P::fresh_per_wait || requires(typename P::waiter& w) { w.reset(); });
 
 /// Condition-variable wake-up (see the banner).
 struct wake_condition_variable {
@@ -112,8 +112,6 @@ struct wake_latch {
     void wake() noexcept override {
       if (!open_.exchange(true, std::memory_order_acq_rel)) sem_.release();
     }
-    /// Effects: none (a latch serves one wait; the engine makes a new one instead).
-    void reset() {}
     /// Effects: blocks until the latch opens or `d` passes (time_point::max(): no deadline).
     /// Returns: whether it opened. Call it once: a second call after an opening waits again.
     bool wait_until(std::chrono::steady_clock::time_point d) {

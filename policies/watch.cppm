@@ -29,16 +29,10 @@ export module zklock:watch;
 
 export namespace zklock {
 
-/// What a watch strategy watches.
-enum class watch_kind {
-  predecessor,  ///< the node the mode rule names
-  children      ///< the lock node's children
-};
-
 /// A watch strategy: an empty type whose static window(ahead, limit, far) says how many of the
 /// `ahead` counted contenders ahead of a waiter it watches (the nearest ones) when fewer than
 /// `limit` may be ahead for a grant and round trips are dear (`far`) or not; 0 = the lock node's
-/// children instead. (The models below also name their `kind`, for reports and tests.)
+/// children instead.
 template <class P>
 concept WatchStrategy = std::is_empty_v<P> && requires(std::size_t n, bool far) {
   { P::window(n, n, far) } noexcept -> std::same_as<std::size_t>;
@@ -46,8 +40,6 @@ concept WatchStrategy = std::is_empty_v<P> && requires(std::size_t n, bool far) 
 
 /// Watch only the node the mode rule names (see the banner).
 struct watch_predecessor {
-  /// Watch the node the rule names.
-  static constexpr watch_kind kind = watch_kind::predecessor;
   /// Returns: min(ahead, 2 * limit) for one holder at a time (limit 1) or when round trips are dear
   /// (`far`, see session_options::look_ahead_round_trip): the first watched contender to go leaves
   /// `limit` more deletions before the turn, time to list and move the watches up (see
@@ -62,8 +54,6 @@ struct watch_predecessor {
 
 /// Watch the lock node's children (see the banner).
 struct watch_children {
-  /// Watch the lock node's children.
-  static constexpr watch_kind kind = watch_kind::children;
   /// Returns: 0: the lock node's children, always.
   static constexpr std::size_t window(std::size_t, std::size_t, bool) noexcept { return 0; }
 };

@@ -218,4 +218,44 @@ bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_i
   return false;
 }
 
+// ---- who a contender is ------------------------------------------------------------------------
+
+std::optional<long long> whole_number(std::string_view v) noexcept {
+  long long n = 0;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc{} || ptr != v.data() + v.size() || v.empty()) return std::nullopt;
+  return n;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  return out;
+}
+
+identity_fields parse_identity(std::string_view data) {
+  identity_fields w;
+  bool ours = false;
+  for (std::string_view rest = data; !rest.empty();) {
+    const auto sp = rest.find(' ');
+    const std::string_view word = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    if (word.starts_with("host=")) {
+      w.host = printable(word.substr(5));
+      ours = true;
+    } else if (word.starts_with("pid=")) {
+      w.pid = whole_number(word.substr(4));
+    } else if (word.starts_with("since=")) {
+      if (const auto ms = whole_number(word.substr(6)))
+        w.since = std::chrono::system_clock::time_point{std::chrono::milliseconds{*ms}};
+    }
+  }
+  if (!ours) {  // another library's data, e.g. Curator's: the client's IP address as text
+    w = identity_fields{};
+    while (!data.empty() && (data.back() == ' ' || data.back() == '\n' || data.back() == '\0')) data.remove_suffix(1);
+    w.host = printable(data);
+  }
+  return w;
+}
+
 }  // namespace zklock::detail

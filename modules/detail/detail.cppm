@@ -101,4 +101,22 @@ bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_i
 /// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
 std::string contender_data();
 
+/// Who a contender is, read back from its node's data (zklock::contender_identity's fields).
+struct identity_fields {
+  std::string host;                                            ///< control characters as '?'
+  std::optional<long long> pid;                                ///< if zklock's
+  std::optional<std::chrono::system_clock::time_point> since;  ///< if zklock's
+};
+
+/// Returns: the identity in a contender node's `data`: zklock's own "host=... pid=... since=..."
+/// (a damaged field is left out), or another library's text as the host (Curator stores the
+/// client's IP address). Never throws anything but std::bad_alloc.
+identity_fields parse_identity(std::string_view data);
+
+/// Returns: the whole decimal number `v` is, or nullopt (empty, a sign only, other characters).
+std::optional<long long> whole_number(std::string_view v) noexcept;
+
+/// Returns: `s` with every control character shown as '?'.
+std::string printable(std::string_view s);
+
 }  // namespace zklock::detail

@@ -169,7 +169,7 @@ TEST(FastPath, BackgroundReleaseSemaphoreAndSharedMutex) {
 // stranger; a timed-out B looks the same to C): C's watch reports a deletion, but C is not first
 // yet and must list again and wait for A, not take the lock. B, whose own node is gone, must not
 // take the lock either when A leaves (its watch on A says "A is gone", which alone would grant
-// it): it gets lock_lost, and C is the only holder after A.
+// it): it gets contender_deleted, and C is the only holder after A.
 TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   const auto path = zkt::unique_path("fast-skip");
   zklock::session sa{zkt::options()}, sb{zkt::options()}, sc{zkt::options()};
@@ -181,7 +181,7 @@ TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   std::error_code b_error;
   std::jthread tb{[&] {
     try {
-      b.lock();  // its node is deleted under it: lock_lost, never a hold
+      b.lock();  // its node is deleted under it: contender_deleted, never a hold
       b_held = true;
       b.unlock();
     } catch (const std::system_error& e) {
@@ -216,7 +216,7 @@ TEST(FastPath, ADeletedPredecessorThatWasNotFirstDoesNotGrant) {
   tb.join();
   EXPECT_FALSE(c_early.load());
   EXPECT_FALSE(b_held.load()) << "B took the lock although its node was gone";
-  EXPECT_EQ(b_error, zklock::make_error_code(zklock::errc::lock_lost));
+  EXPECT_EQ(b_error, zklock::make_error_code(zklock::errc::contender_deleted));
   EXPECT_TRUE(zkt::children(path).empty());
 }
 

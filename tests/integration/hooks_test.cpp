@@ -7,92 +7,90 @@
 #include <thread>
 #include <vector>
 #include "zk_test.hpp"
+#include "async_probe.hpp"
 
 namespace {
 
+/// What one hooks instance heard (each test has its own: no global state).
 struct recorded {
   std::mutex mu;
   std::vector<zklock::acquire_stats> acquires;
   std::vector<zklock::release_stats> releases;
-  std::vector<std::string> paths;
+  std::vector<std::string> paths;          // of the acquires (the stats' views live as long as the call)
+  std::vector<std::string> release_paths;  // of the releases
 };
-recorded& log() {
-  static recorded r;
-  return r;
-}
 
+/// Hooks that carry their state: a pointer to the test's record, given to each lock's constructor.
 struct test_hooks {
   static constexpr bool enabled = true;
-  static void on_acquire(const zklock::acquire_stats& s) noexcept {
-    std::lock_guard lk{log().mu};
-    log().acquires.push_back(s);
-    log().paths.emplace_back(s.path);
+  recorded* r = nullptr;
+  void on_acquire(const zklock::acquire_stats& s) noexcept {
+    std::lock_guard lk{r->mu};
+    r->acquires.push_back(s);
+    r->paths.emplace_back(s.path);
   }
-  static void on_release(const zklock::release_stats& s) noexcept {
-    std::lock_guard lk{log().mu};
-    log().releases.push_back(s);
+  void on_release(const zklock::release_stats& s) noexcept {
+    std::lock_guard lk{r->mu};
+    r->releases.push_back(s);
+    r->release_paths.emplace_back(s.path);
   }
 };
 static_assert(zklock::Hooks<test_hooks> && zklock::Hooks<zklock::no_hooks>);
 
-struct observed_policies : zklock::default_policies {
-  using hooks = test_hooks;
-};
+using observed_policies = zklock::policies_with<test_hooks>;
 using observed = zklock::basic_mutex<observed_policies>;
 using observed_rw = zklock::basic_shared_mutex<observed_policies>;
 using observed_sem = zklock::basic_counting_semaphore<observed_policies>;
 
 class Hooks : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::lock_guard lk{log().mu};
-    log().acquires.clear();
-    log().releases.clear();
-  }
+  /// Returns: hooks that record into this test's `rec`.
+  test_hooks hooks() { return test_hooks{&rec}; }
+  recorded rec;
 };
 
 TEST_F(Hooks, UncontendedAcquireCostsTwoRequestsAndReportsTheHold) {
   zklock::session s{zkt::options()};
   const auto path = zkt::unique_path("hooks-uncontended");
-  observed m{s, path};
+  observed m{s, path, hooks()};
   m.lock();  // the first use also creates the lock node (and its parents): more requests
   m.unlock();
   {
-    std::lock_guard lk{log().mu};
-    ASSERT_EQ(log().acquires.size(), 1u);
-    EXPECT_GT(log().acquires[0].requests, 2u) << "the containers' creates were not counted";
-    log().acquires.clear();
-    log().releases.clear();
-    log().paths.clear();
+    std::lock_guard lk{rec.mu};
+    ASSERT_EQ(rec.acquires.size(), 1u);
+    EXPECT_GT(rec.acquires[0].requests, 2u) << "the containers' creates were not counted";
+    rec.acquires.clear();
+    rec.releases.clear();
+    rec.paths.clear();
   }
   m.lock();
   std::this_thread::sleep_for(std::chrono::milliseconds{50});  // the work under the lock
   m.unlock();
-  std::lock_guard lk{log().mu};
-  ASSERT_EQ(log().acquires.size(), 1u);
-  const auto& a = log().acquires[0];
+  std::lock_guard lk{rec.mu};
+  ASSERT_EQ(rec.acquires.size(), 1u);
+  const auto& a = rec.acquires[0];
   EXPECT_TRUE(a.acquired);
   EXPECT_EQ(a.queue_position, 0u);
   EXPECT_EQ(a.wakeups, 0u);
   EXPECT_EQ(a.requests, 2u);  // create + list, sent back to back (the release's delete is the third)
-  EXPECT_EQ(log().paths[0], path);
-  ASSERT_EQ(log().releases.size(), 1u);
-  EXPECT_GE(log().releases[0].held, std::chrono::milliseconds{50}) << "the hold time must cover the work";
-  EXPECT_LT(log().releases[0].held, std::chrono::seconds{30});
+  EXPECT_EQ(rec.paths[0], path);
+  ASSERT_EQ(rec.releases.size(), 1u);
+  EXPECT_GE(rec.releases[0].held, std::chrono::milliseconds{50}) << "the hold time must cover the work";
+  EXPECT_LT(rec.releases[0].held, std::chrono::seconds{30});
 }
 
 TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   const auto path = zkt::unique_path("hooks-waiter");
-  observed holder{a, path}, waiter{b, path};
+  observed holder{a, path, hooks()}, waiter{b, path, hooks()};
   waiter.lock();  // the first use of a path in a session also reads its ACL: warm both up
   waiter.unlock();
   holder.lock();
   holder.unlock();
   {
-    std::lock_guard lk{log().mu};
-    log().acquires.clear();
-    log().releases.clear();
+    std::lock_guard lk{rec.mu};
+    rec.acquires.clear();
+    rec.releases.clear();
   }
   holder.lock();
   std::jthread t{[&] {
@@ -108,35 +106,35 @@ TEST_F(Hooks, AWaiterReportsItsPlaceAndWakeUp) {
   }
   holder.unlock();
   t.join();
-  std::lock_guard lk{log().mu};
-  ASSERT_EQ(log().acquires.size(), 2u);
-  const auto& w = log().acquires[1];
+  std::lock_guard lk{rec.mu};
+  ASSERT_EQ(rec.acquires.size(), 2u);
+  const auto& w = rec.acquires[1];
   EXPECT_TRUE(w.acquired);
   EXPECT_EQ(w.queue_position, 1u);
   EXPECT_EQ(w.wakeups, 1u);
   // create + list (back to back); watch our own node and the one ahead (back to back); the
   // deletion of the one ahead decides, our node still standing: no second list
   EXPECT_EQ(w.requests, 4u);
-  EXPECT_GT(w.wait, log().acquires[0].wait);
+  EXPECT_GT(w.wait, rec.acquires[0].wait);
 }
 
 // A timed try that gives up reports its whole wait, its place and what it sent, with acquired false.
 TEST_F(Hooks, ATimedOutTryReportsItsWait) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   const auto path = zkt::unique_path("hooks-timed");
-  observed holder{a, path}, other{b, path};
+  observed holder{a, path, hooks()}, other{b, path, hooks()};
   other.lock();  // warm the path up in b's session (ACL check)
   other.unlock();
   holder.lock();
   {
-    std::lock_guard lk{log().mu};
-    log().acquires.clear();
+    std::lock_guard lk{rec.mu};
+    rec.acquires.clear();
   }
   EXPECT_FALSE(other.try_lock_for(std::chrono::milliseconds{200}));
   holder.unlock();
-  std::lock_guard lk{log().mu};
-  ASSERT_EQ(log().acquires.size(), 1u);
-  const auto& t = log().acquires[0];
+  std::lock_guard lk{rec.mu};
+  ASSERT_EQ(rec.acquires.size(), 1u);
+  const auto& t = rec.acquires[0];
   EXPECT_FALSE(t.acquired);
   EXPECT_GE(t.wait, std::chrono::milliseconds{200});
   EXPECT_EQ(t.queue_position, 1u);
@@ -148,15 +146,15 @@ TEST_F(Hooks, ATimedOutTryReportsItsWait) {
 TEST_F(Hooks, AFailedTryIsReported) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   const auto path = zkt::unique_path("hooks-failed");
-  observed holder{a, path}, other{b, path};
+  observed holder{a, path, hooks()}, other{b, path, hooks()};
   holder.lock();
   EXPECT_FALSE(other.try_lock());
   holder.unlock();
-  std::lock_guard lk{log().mu};
-  ASSERT_EQ(log().acquires.size(), 2u);
-  EXPECT_FALSE(log().acquires[1].acquired);
-  EXPECT_EQ(log().acquires[1].queue_position, 1u);
-  EXPECT_EQ(log().releases.size(), 1u);  // only the holder's release
+  std::lock_guard lk{rec.mu};
+  ASSERT_EQ(rec.acquires.size(), 2u);
+  EXPECT_FALSE(rec.acquires[1].acquired);
+  EXPECT_EQ(rec.acquires[1].queue_position, 1u);
+  EXPECT_EQ(rec.releases.size(), 1u);  // only the holder's release
 }
 
 // Every primitive reports both ends of a hold: the read and write sides of a shared mutex (also
@@ -164,7 +162,7 @@ TEST_F(Hooks, AFailedTryIsReported) {
 TEST_F(Hooks, SharedMutexAndSemaphoreReportEveryRelease) {
   zklock::session s{zkt::options()};
   const auto path = zkt::unique_path("hooks-rw");
-  observed_rw rw{s, path};
+  observed_rw rw{s, path, hooks()};
   rw.lock();
   rw.unlock();
   rw.lock_shared();
@@ -173,20 +171,52 @@ TEST_F(Hooks, SharedMutexAndSemaphoreReportEveryRelease) {
   rw.lock_shared();  // downgrade: shares the write node
   rw.unlock();
   rw.unlock_shared();
-  observed_sem sem{s, path + "-sem", 2};
+  observed_sem sem{s, path + "-sem", 2, hooks()};
   sem.acquire();
   sem.acquire();
   sem.release();
   sem.release();
-  std::lock_guard lk{log().mu};
-  EXPECT_EQ(log().acquires.size(), 5u) << "write, read, write (the downgrade's read adopts: no acquire), 2 leases";
-  ASSERT_EQ(log().releases.size(), 6u) << "every unlock, unlock_shared and release is reported";
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(log().releases[i].path, path);
-  EXPECT_EQ(log().releases[4].path, path + "-sem");
-  EXPECT_EQ(log().releases[5].path, path + "-sem");
-  for (const auto& r : log().releases)  // from the grant (or the adoption), not from the clock's epoch
+  std::lock_guard lk{rec.mu};
+  EXPECT_EQ(rec.acquires.size(), 5u) << "write, read, write (the downgrade's read adopts: no acquire), 2 leases";
+  ASSERT_EQ(rec.releases.size(), 6u) << "every unlock, unlock_shared and release is reported";
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(rec.releases[i].path, path);
+  EXPECT_EQ(rec.releases[4].path, path + "-sem");
+  EXPECT_EQ(rec.releases[5].path, path + "-sem");
+  for (const auto& r : rec.releases)  // from the grant (or the adoption), not from the clock's epoch
     EXPECT_LT(r.held, std::chrono::minutes{1});
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// Two lock objects with hooks instances of their own report to their own records only; a lock_hold
+// reports its release to the hooks of the object that granted it, even once that object is gone.
+TEST_F(Hooks, EachInstanceHearsItsOwnLocksAlsoThroughALockHold) {
+  zklock::session s{zkt::options()};
+  const auto path = zkt::unique_path("hooks-instances");
+  recorded other;
+  observed mine{s, path, hooks()};
+  zklock::lock_hold kept;
+  {
+    observed theirs{s, path + "-other", test_hooks{&other}};
+    mine.lock();
+    mine.unlock();
+    zkt::completion c;
+    theirs.async_lock(c.callback());
+    ASSERT_TRUE(c.wait());
+    ASSERT_EQ(c.code(), std::error_code{});
+    kept = std::move(c.hold());
+  }
+  kept.unlock();
+  {
+    std::lock_guard lk{rec.mu};
+    ASSERT_EQ(rec.acquires.size(), 1u);
+    EXPECT_EQ(rec.paths[0], path);
+    ASSERT_EQ(rec.releases.size(), 1u);
+  }
+  std::lock_guard lk{other.mu};
+  ASSERT_EQ(other.acquires.size(), 1u);
+  EXPECT_EQ(other.paths[0], path + "-other");
+  ASSERT_EQ(other.releases.size(), 1u) << "the lock_hold's release, after its lock object was destroyed";
+  EXPECT_EQ(other.release_paths[0], path + "-other");
 }
 
 }  // namespace

@@ -35,6 +35,14 @@ int main() {
   return sizeof(zklock::detail::async_runner*) == 0;
 #elif defined(PROBE_async_side)  // zklock:async, the private member of the lock types
   return sizeof(zklock::detail::async_side<zklock::default_policies>) == 0;
+#elif defined(PROBE_throw_error)  // zklock:errors, the helper every throw site uses
+  zklock::throw_error(zklock::errc::not_held, "x");
+#elif defined(PROBE_watch_kind)  // gone: tests compare the strategy types instead
+  return zklock::watch_kind{} == zklock::watch_kind{};
+#elif defined(PROBE_kind)  // gone from the watch strategies
+  return zklock::watch_predecessor::kind == zklock::watch_children::kind;
+#elif defined(PROBE_parse_identity)  // zklock.detail, contenders() reports it as contender_info::who
+  return zklock::parse_identity("").host.empty();
 #else
   // Control: the documented API, including the lock templates that use those internals.
   zklock::mutex* m = nullptr;

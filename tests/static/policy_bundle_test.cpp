@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compile-time checks: one policy bundle for every lock type; a one-line override changes exactly
-// one axis; each axis concept refuses a type made for another axis.
+// one axis, and so does policies_with<M...>, which takes models only; each axis concept refuses a
+// type made for another axis; hooks may carry state. (What must not compile at all, such as a
+// semaphore with a reentrancy model or policies_with<int>, is checked by the refusal probes:
+// tests/static/refusal_probe.cpp.)
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <string>
 #include <thread>
 #include <gtest/gtest.h>
 import zklock;
@@ -40,6 +44,17 @@ struct counting_hooks {
   static void on_acquire(const zklock::acquire_stats&) noexcept {}
   static void on_release(const zklock::release_stats&) noexcept {}
 };
+// Hooks with state of their own: a lock object keeps the instance given to its constructor.
+struct registry_hooks {
+  static constexpr bool enabled = true;
+  int* acquires = nullptr;
+  void on_acquire(const zklock::acquire_stats&) noexcept { ++*acquires; }
+  void on_release(const zklock::release_stats&) noexcept {}
+};
+static_assert(zklock::Hooks<registry_hooks> && zklock::Hooks<counting_hooks> && zklock::Hooks<zklock::no_hooks>);
+static_assert(std::constructible_from<zklock::basic_mutex<zklock::policies_with<registry_hooks>>, zklock::session&,
+                                      std::string, registry_hooks>);
+static_assert(std::constructible_from<zklock::mutex, zklock::session&, std::string>);
 struct one_hooks : default_policies { using hooks = counting_hooks; };
 
 static_assert(same_axes<default_policies, default_policies>() == 5);
@@ -54,7 +69,20 @@ static_assert(zklock::LockPolicies<one_watch> && zklock::LockPolicies<one_wakeup
               zklock::LockPolicies<one_reentrancy> && zklock::LockPolicies<one_timeout> &&
               zklock::LockPolicies<one_hooks>);
 
-// The same bundle fits every lock type, and each re-exposes it.
+// policies_with<M...>: each model on its own axis, in any order; the others are the defaults.
+using with_two = zklock::policies_with<zklock::wake_latch, zklock::timeout_throw_after<5000>>;
+static_assert(same_axes<with_two, default_policies>() == 3 && std::same_as<with_two::wakeup, zklock::wake_latch> &&
+              std::same_as<with_two::timeout, zklock::timeout_throw_after<5000>>);
+static_assert(same_axes<zklock::policies_with<>, default_policies>() == 5);
+static_assert(same_axes<zklock::policies_with<registry_hooks, zklock::watch_children>, one_watch>() == 4);
+static_assert(zklock::PolicyModel<zklock::watch_children> && zklock::PolicyModel<registry_hooks> &&
+              !zklock::PolicyModel<int> && !zklock::PolicyModel<default_policies>);
+template <class... Ms>
+concept Bundle = requires { typename zklock::policies_with<Ms...>::watch; };
+static_assert(Bundle<zklock::wake_latch> && !Bundle<int> && !Bundle<zklock::wake_latch, zklock::wake_condition_variable>);
+
+// The same bundle fits every lock type, and each re-exposes it (a semaphore takes no reentrancy
+// model: its leases are the object's).
 static_assert(std::same_as<zklock::basic_mutex<one_watch>::policies, one_watch>);
 static_assert(std::same_as<zklock::basic_shared_mutex<one_watch>::policies, one_watch>);
 static_assert(std::same_as<zklock::basic_counting_semaphore<one_watch>::policies, one_watch>);

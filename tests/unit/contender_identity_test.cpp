@@ -5,9 +5,10 @@
 #include <string>
 #include <gtest/gtest.h>
 import zklock;
+import zklock.detail;
 
 TEST(ContenderIdentity, ReadsZklocksOwnData) {
-  const auto w = zklock::parse_identity("host=db-1 pid=41027 since=1738288800114");
+  const auto w = zklock::detail::parse_identity("host=db-1 pid=41027 since=1738288800114");
   EXPECT_EQ(w.host, "db-1");
   ASSERT_TRUE(w.pid.has_value());
   EXPECT_EQ(*w.pid, 41027);
@@ -16,18 +17,18 @@ TEST(ContenderIdentity, ReadsZklocksOwnData) {
 }
 
 TEST(ContenderIdentity, KeepsAnotherLibrarysTextAsTheHost) {
-  const auto w = zklock::parse_identity(std::string{"10.0.0.7\n\0", 10});
+  const auto w = zklock::detail::parse_identity(std::string{"10.0.0.7\n\0", 10});
   EXPECT_EQ(w.host, "10.0.0.7");
   EXPECT_FALSE(w.pid.has_value());
   EXPECT_FALSE(w.since.has_value());
 }
 
 TEST(ContenderIdentity, DamagedFieldsAreLeftOutAndControlCharactersShownAsQuestionMarks) {
-  const auto w = zklock::parse_identity("host=a\x01z pid=12x since= extra=1");
+  const auto w = zklock::detail::parse_identity("host=a\x01z pid=12x since= extra=1");
   EXPECT_EQ(w.host, "a?z");
   EXPECT_FALSE(w.pid.has_value());
   EXPECT_FALSE(w.since.has_value());
-  EXPECT_EQ(zklock::parse_identity("").host, "");
+  EXPECT_EQ(zklock::detail::parse_identity("").host, "");
 }
 
 TEST(ContenderIdentity, NamesOfSidesAndStates) {

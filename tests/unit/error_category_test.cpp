@@ -23,9 +23,13 @@ TEST(ErrorCategory, MapsEveryZooKeeperCode) {
 
 TEST(ErrorCategory, OwnErrorsHaveMessagesAndConditions) {
   for (auto e : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
-                 zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::not_held,
+                 zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::contender_deleted, zklock::errc::not_held,
                  zklock::errc::lease_count_mismatch, zklock::errc::cancelled}) {
     EXPECT_EQ(std::error_code{e}.message().find("unknown"), std::string::npos);
+    for (auto other : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
+                       zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::contender_deleted,
+                       zklock::errc::not_held, zklock::errc::lease_count_mismatch, zklock::errc::cancelled})
+      if (other != e) EXPECT_NE(std::error_code{e}.message(), std::error_code{other}.message()) << "one message, two codes";
   }
   EXPECT_TRUE(std::error_code{zklock::errc::cancelled} == std::errc::operation_canceled);
   EXPECT_FALSE(std::error_code{zklock::errc::lock_timeout} == std::errc::operation_canceled);
