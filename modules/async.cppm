@@ -151,8 +151,9 @@ class hold_awaitable {
  public:
   /// The acquire to start: it calls its argument once, with the outcome.
   using starter = std::function<void(std::function<void(std::error_code, lock_hold)>)>;
-  /// Effects: an awaitable that runs `start` when awaited.
-  explicit hold_awaitable(starter start) : start_(std::move(start)) {}
+  /// Effects: an awaitable that runs `start` when awaited, an acquire of the lock node `path` (named
+  /// in its errors).
+  explicit hold_awaitable(starter start, std::string path = {}) : start_(std::move(start)), path_(std::move(path)) {}
 
   /// Returns: false (the acquire always runs first).
   bool await_ready() const noexcept { return false; }
@@ -170,12 +171,13 @@ class hold_awaitable {
   /// Returns: the hold. Throws: std::system_error with the acquire's error (errc::lock_timeout,
   /// errc::cancelled, errc::session_closed, errc::session_expired, ...).
   lock_hold await_resume() {
-    if (ec_) throw std::system_error(ec_, "zklock: asynchronous acquire");
+    if (ec_) throw std::system_error(ec_, "zklock: asynchronous acquire of " + path_);
     return std::move(hold_);
   }
 
  private:
   starter start_;
+  std::string path_;
   std::error_code ec_;
   lock_hold hold_;
 };
@@ -393,8 +395,9 @@ class async_side {
   template <class Rule>
   hold_awaitable awaitable(const Rule& rule, const wait_context& wc, executor ex) {
     return hold_awaitable{[this, rule, wc, ex = std::move(ex)](std::function<void(std::error_code, lock_hold)> done) {
-      start(rule, wc, ex, std::move(done));
-    }};
+                            start(rule, wc, ex, std::move(done));
+                          },
+                          path_};
   }
 
  private:
