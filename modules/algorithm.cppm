@@ -233,7 +233,7 @@ class attempt {
     std::size_t deleted = 0;
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (!w->fired()) return false;
-      if (w->node_deleted.load())
+      if (w->deleted())
         ++deleted;
       else
         other = true;

@@ -19,6 +19,7 @@ module;
 #include <utility>
 #include <vector>
 module zklock;
+import :nodes;
 
 namespace zklock {
 
