@@ -35,6 +35,12 @@ int main() {
   return sizeof(zklock::detail::async_runner*) == 0;
 #elif defined(PROBE_async_side)  // zklock:async, the private member of the lock types
   return sizeof(zklock::detail::async_side<zklock::default_policies>) == 0;
+#elif defined(PROBE_impl)  // zklock:session, the implementation behind a session
+  zklock::session* s = nullptr;
+  return &s->impl() == nullptr;
+#elif defined(PROBE_node_deleted)  // zklock:wakeup, the watch registry's business
+  zklock::wake_target* t = nullptr;
+  return t->node_deleted.load();
 #else
   // Control: the documented API, including the lock templates that use those internals.
   zklock::mutex* m = nullptr;
