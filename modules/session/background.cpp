@@ -3,7 +3,8 @@
 // the caller's thread (waiting for the reply, or not with session_options::background_release); a
 // delete whose outcome is unknown, or asked for while disconnected, goes to the session worker,
 // which sends it once connected without waiting for the reply (send_pending); the replies arrive
-// on the C client's completion thread, which hands unknown outcomes back to the worker.
+// on the C client's completion thread, which hands unknown outcomes back to the worker. What is
+// queued, in flight or settling is kept by background_deletes.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>

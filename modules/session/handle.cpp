@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C client's handle of a session: opening it (connect, auth, chroot check), closing it, and
-// its session watcher. open_handle runs on the caller's thread (the session's constructor,
-// reestablish()) or on the session worker (re-establishment after expiry); close_handle on
-// whichever thread closes or gives up the session; session_watcher on the C client's completion
-// thread.
+// its session watcher, with the state machine's side of them (a new generation, the client's
+// states). open_handle runs on the caller's thread (the session's constructor, reestablish()) or on
+// the session worker (re-establishment after expiry); close_handle on whichever thread closes or
+// gives up the session; session_watcher on the C client's completion thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <atomic>

@@ -14,8 +14,8 @@
 //   client_handle       the C client's handle of the current generation
 //   session_reaper      the thread that closes given-up sessions on the server
 // session_impl holds them and does what takes several (open and close the handle, the worker).
-// Lock order: client_handle::mu before the others; listener_list's lock (held while listeners run)
-// before the others but client_handle::mu; the others are never held together.
+// Lock order: listener_list's lock first (held while listeners run, and they may call anything);
+// then client_handle's (reopen_mu before mu); then one of the others, never two of them together.
 // Which unit defines what:
 //   session.cpp         class session, the state machine, the listeners, shutdown
 //   handle.cpp          opening and closing the C client's handle, its session watcher
@@ -238,6 +238,7 @@ class state_machine {
   void finish_close() noexcept;
 
  private:
+  /// Returns: a snapshot (mu_ held).
   state_view view_locked() const noexcept;
   /// Effects: moves to state `s` and queues it for the listeners (mu_ held).
   void post(session_state s);
@@ -443,7 +444,10 @@ class path_set {
 
 // ---- the session -----------------------------------------------------------------------------------
 
+/// A session: its options and parts, and what takes several parts (opening and closing the handle,
+/// the worker's loop, close()).
 struct session_impl {
+  /// Effects: a session of `o`, not connected yet (open_handle connects it).
   explicit session_impl(session_options o) : opts(std::move(o)), states(opts) {}
 
   const session_options opts;
@@ -464,6 +468,8 @@ struct session_impl {
   std::mutex runner_mu;
   std::shared_ptr<async_runner> runner;
 
+  /// Effects: drains and stops the runner, joins the worker (close() from a listener could not)
+  /// and the reaper.
   ~session_impl();
 
   /// Effects: close(): stops the threads, closes the handle, tells the listeners. Idempotent.

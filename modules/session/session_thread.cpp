@@ -3,8 +3,9 @@
 // changes to the listeners, keeps the loss clock (gives a session up after a suspension longer than
 // the loss tolerance), re-establishes an expired session, requests the stop sources handed to it
 // and sends the pending deletes. The reaper (started on the first give-up) closes given-up sessions
-// on the server once one answers. run_on_session_thread runs on the caller's (or a completion)
-// thread and hands work to the worker.
+// on the server once one answers. What the worker does next is the state machine's decision
+// (next_work); run_on_session_thread runs on the caller's (or a completion) thread and hands work
+// to the worker.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
