@@ -137,23 +137,24 @@ int run_ls(const options& o);
 int run_wait(const options& o);
 
 
-/// Effects: runs `f`, and again on the next session each time the session ends under it (expired,
-/// or given up after a long disconnection), as a waiting acquire queues again; a new session must
-/// come before `deadline`. Returns: what `f` returns.
+/// Effects: zklock::on_live_session(s, {deadline}, f): runs `f`, and again on the next session each
+/// time the session ends under it; with --verbose, says so. Returns: what `f` returns.
 /// Throws: what `f` throws; session_expired if no next session is connected before `deadline`.
 template <class F>
 auto on_live_session(zklock::session& s, steady::time_point deadline, F f) {
-  for (;;) {
-    const std::uint64_t generation = s.generation();
+  bool again = false;
+  auto told = [&] {
+    if (std::exchange(again, true) && g_verbose)
+      say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
     try {
       return f();
     } catch (const std::system_error& e) {
-      if (e.code() != zklock::make_error_code(zklock::errc::session_expired)) throw;
-      if (g_verbose) say("%s", "session expired: waiting for the next one");
-      if (!s.await_next_generation(generation, deadline)) throw;
-      if (g_verbose) say("on a new session (0x%llx)", static_cast<unsigned long long>(s.id()));
+      if (g_verbose && e.code() == zklock::make_error_code(zklock::errc::session_expired))
+        say("%s", "session expired: waiting for the next one");
+      throw;
     }
-  }
+  };
+  return *zklock::on_live_session(s, {deadline}, told);  // no stop token: never nullopt
 }
 
 // ---- CMD's process group (supervise.cpp) --------------------------------------------------------

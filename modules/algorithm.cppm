@@ -52,6 +52,7 @@ module;
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 export module zklock:algorithm;
@@ -234,7 +235,7 @@ class attempt {
     std::size_t deleted = 0;
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (!w->fired()) return false;
-      if (w->node_deleted.load())
+      if (w->deleted())
         ++deleted;
       else
         other = true;
@@ -406,21 +407,38 @@ step<bool> next_session(session& s, std::uint64_t generation, clock::time_point 
   return wait_until_ready<Wakeup>(s, ready, deadline, stop);
 }
 
-/// The one algorithm: queue_once, and again on the next session when the session ends while we
-/// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
-/// our place in the queue is lost). A grant is never queued for again: a lost hold is reported by
-/// its loss signal. Returns: the grant, or nullopt on timeout or cancellation (nothing left
-/// behind). Throws: std::system_error: session_expired if no next session is connected before the
-/// deadline or none will come (reestablish_after_expiry off; its re-establishment was refused for
-/// good); others as queue_once.
-template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
-step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                        const wait_context& wc, acquire_counters* count = nullptr) {
+/// What `co_await` of an attempt's result gives: T for a step<T>, else the result itself.
+template <class R>
+struct attempt_value {
+  using type = R;
+  static constexpr bool awaited = false;
+};
+template <class T>
+struct attempt_value<step<T>> {
+  using type = T;
+  static constexpr bool awaited = true;
+};
+
+/// Effects: runs `attempt()`, and again on the session's next generation each time it throws
+/// errc::session_expired (the session ended under it: an expiry, or a disconnection longer than
+/// the loss tolerance), once a later generation is connected (next_session, waiting as `Wakeup`
+/// does); counts each new run in `*reruns`, if given. `attempt()` returns a std::optional, or a
+/// step of one to co_await; it bounds its own waits by `wc` (the caller gives it the same context).
+/// Returns: the attempt's value; nullopt if a stop is requested on wc.stop after the session ended
+/// under it.
+/// Throws: what the attempt throws; its session_expired if no later generation is connected before
+/// wc.deadline; as next_session_ready (session_closed; session_expired if none will come).
+template <AlgorithmWakeup Wakeup, class Attempt,
+          class Result = typename attempt_value<std::invoke_result_t<Attempt&>>::type>
+step<Result> retry_on_next_session(session& s, const wait_context& wc, Attempt attempt, std::size_t* reruns = nullptr) {
   for (;;) {
     const std::uint64_t generation = s.generation();
     std::exception_ptr expired;
     try {
-      co_return co_await queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count);
+      if constexpr (attempt_value<std::invoke_result_t<Attempt&>>::awaited)
+        co_return co_await attempt();
+      else
+        co_return attempt();
     } catch (const std::system_error& e) {
       if (e.code() != make_error_code(errc::session_expired)) throw;
       expired = std::current_exception();
@@ -430,8 +448,24 @@ step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path
       if (wc.stop.stop_requested()) co_return std::nullopt;
       std::rethrow_exception(expired);
     }
-    if (count) ++count->requeues;
+    if (reruns) ++*reruns;
   }
+}
+
+/// The one algorithm: queue_once, and again on the next session when the session ends while we
+/// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
+/// our place in the queue is lost): retry_on_next_session. A grant is never queued for again: a
+/// lost hold is reported by its loss signal. Returns: the grant, or nullopt on timeout or
+/// cancellation (nothing left behind). Throws: std::system_error: session_expired if no next
+/// session is connected before the deadline or none will come (reestablish_after_expiry off; its
+/// re-establishment was refused for good); others as queue_once. `lock_path`, `rule` and `wc` must
+/// outlive the step.
+template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
+step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
+                                        const wait_context& wc, acquire_counters* count = nullptr) {
+  return retry_on_next_session<Wakeup>(
+      s, wc, [&s, &lock_path, &rule, &wc, count] { return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count); },
+      count ? &count->requeues : nullptr);
 }
 
 }  // namespace zklock::detail

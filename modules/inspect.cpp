@@ -4,12 +4,10 @@ module;
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -19,6 +17,7 @@ module;
 #include <utility>
 #include <vector>
 module zklock;
+import :nodes;
 
 namespace zklock {
 
@@ -107,47 +106,23 @@ std::optional<std::int64_t> record_token(std::string_view name) {
   return *n;
 }
 
-/// What wait_until_free blocks on: woken by its children watch (or the session's end), or by its
-/// stop token.
-class free_watch final : public detail::wake_target {
- public:
-  void wake() noexcept override {
-    {
-      std::lock_guard lk{mu_};
-      woken_ = true;
-    }
-    cv_.notify_all();
-  }
-  /// Returns: whether it was woken before `deadline` and before `stop` was requested.
-  bool wait_until(detail::clock::time_point deadline, const std::stop_token& stop) {
-    std::unique_lock lk{mu_};
-    const bool woken = deadline == detail::clock::time_point::max()
-                           ? cv_.wait(lk, stop, [&] { return woken_; })
-                           : cv_.wait_until(lk, stop, deadline, [&] { return woken_; });
-    return woken && !stop.stop_requested();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  bool woken_ = false;
-};
-
 }  // namespace
 
 bool wait_until_free(session& s, std::string_view path_in, const wait_context& wc,
                      const std::function<void(std::size_t)>& on_busy) {
   const std::string path = detail::checked_path(std::string{path_in});
   constexpr unsigned all_kinds = 0xf;
-  for (;;) {
-    if (wc.stop.stop_requested()) return false;
-    const std::uint64_t generation = s.generation();
-    try {
-      const auto w = std::make_shared<free_watch>();
+  // One session's looks: list with a children watch until the node is free; false at the deadline
+  // or on a stop. A session that ends under them: on_live_session looks again on the next one.
+  const auto look = [&]() -> bool {
+    for (;;) {
+      if (wc.stop.stop_requested()) return false;
+      const auto w = std::make_shared<wake_condition_variable::waiter>();
+      const std::stop_callback on_stop{wc.stop, [&w] { w->wake(); }};
       struct unwatch {  // on every way out (a no-op once the watch fired)
         session& s;
         const std::string& path;
-        const free_watch* w;
+        const wake_target* w;
         ~unwatch() { detail::drop_watch(s, path, true, w); }
       } guard{s, path, w.get()};
       const auto listing = detail::list_children(s, path, w, wc.deadline);
@@ -155,12 +130,10 @@ bool wait_until_free(session& s, std::string_view path_in, const wait_context& w
       const std::size_t n = detail::sorted_contenders(*listing, all_kinds).size();
       if (n == 0) return true;
       if (on_busy) on_busy(n);
-      if (!w->wait_until(wc.deadline, wc.stop)) return false;
-    } catch (const std::system_error& e) {
-      if (e.code() != make_error_code(errc::session_expired)) throw;
-      if (!s.await_next_generation(generation, wc.deadline)) throw;
+      if (!w->wait_until(wc.deadline) || wc.stop.stop_requested()) return false;
     }
-  }
+  };
+  return on_live_session(s, wc, look).value_or(false);
 }
 
 void validate_lock_path(std::string_view path) { detail::validate_path(path, "lock path"); }

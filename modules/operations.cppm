@@ -48,47 +48,39 @@ struct held_node {
   clock::time_point granted_at{};  ///< when it was granted (time_point{}: not granted yet)
 };
 
-/// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
-/// ephemeral-sequential node `lock_path/prefix<seq>` holding `data`. If the outcome of the create
-/// is unknown (connection loss), finds the node by its prefix after reconnecting and adopts it only
-/// if it belongs to this session. Returns: the node, or nullopt if `deadline` passed (then nothing
-/// is left behind).
-std::optional<held_node> create_contender(session& s, const std::string& lock_path,
-                                          const std::string& prefix, std::string_view data,
-                                          clock::time_point deadline);
-
 /// A contender node and, when it came with it, the listing of its lock node.
 struct queued_node {
   held_node node;                                   ///< our new contender node
   std::optional<std::vector<std::string>> listing;  ///< nullopt: list again
 };
 
-/// Effects: as create_contender, but sends the listing of `lock_path` right behind the create,
-/// without waiting for the create's reply (the server serves a session's requests in order, so the
-/// listing already shows the new node): one round trip instead of two. Falls back to
-/// create_contender when the create fails or its outcome is unknown.
-/// Returns: the node and the listing, or nullopt if `deadline` passed (nothing left behind).
-/// Adds the number of requests sent to `*sent`, if given.
+/// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
+/// ephemeral-sequential node `lock_path/prefix<seq>` holding `data`, and sends the listing of
+/// `lock_path` right behind the create, without waiting for the create's reply (the server serves a
+/// session's requests in order, so the listing already shows the new node): one round trip instead
+/// of two. When the create fails or its outcome is unknown (connection loss), creates one request
+/// at a time, finding a node whose create's outcome was unknown by its prefix after reconnecting
+/// and adopting it only if it belongs to this session.
+/// Returns: the node and the listing (nullopt: list again), or nullopt if `deadline` passed
+/// (nothing left behind). Adds the number of requests sent to `*sent`, if given.
+/// Throws: std::system_error: session_expired, session_closed, or the server's refusal (e.g.
+/// no_auth), naming the lock path.
 std::optional<queued_node> create_and_list(session& s, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline,
                                            std::size_t* sent = nullptr);
 
-/// Returns: the children of `path` (arming a children watch that wakes `watcher`, if given), or
-/// nullopt if `deadline` passed.
+/// Returns: the children of `path` (none if it is missing), arming a children watch that wakes
+/// `watcher`, if given; nullopt if `deadline` passed.
+/// Throws: std::system_error: session_expired, session_closed, or the server's refusal, naming `path`.
 std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,
                                                       const std::shared_ptr<wake_target>& watcher,
                                                       clock::time_point deadline);
 
-/// What an exists-watch found.
+/// What a node watch found.
 enum class node_seen {
   gone,    ///< the node does not exist (no watch was armed)
   present  ///< it exists (watch armed)
 };
-
-/// Effects: arms a data watch on `path` waking `watcher` (none if the node is missing).
-/// Returns: whether the node is gone or present; nullopt if `deadline` passed.
-std::optional<node_seen> watch_node(session& s, const std::string& path, const std::shared_ptr<wake_target>& watcher,
-                                    clock::time_point deadline);
 
 /// Where the watches of one waiting acquire deliver their wake-ups: the waiter its thread blocks on
 /// now (a wake-up policy may give every wait a fresh one). Thread-safe.
@@ -115,7 +107,7 @@ class wake_relay {
 };
 
 /// One watch of a waiting acquire, on a contender ahead or on the lock node's children: remembers
-/// that it fired (and, in node_deleted, whether its node was deleted) and wakes the acquire.
+/// that it fired (and whether because its node was deleted) and wakes the acquire.
 class watch_slot final : public wake_target {
  public:
   /// Effects: a slot for `watched` (a node, or the lock node for a children watch) waking `relay`.
@@ -127,14 +119,23 @@ class watch_slot final : public wake_target {
     fired_.store(true, std::memory_order_release);
     relay_->wake();
   }
-  /// Returns: whether the watch fired (node_deleted then says whether by a deletion).
+  /// Effects: as wake(), for a watch that fired because its node was deleted (the session's watch
+  /// registry calls it instead of wake() on a deletion). Never throws.
+  void wake_deleted() noexcept {
+    deleted_.store(true, std::memory_order_relaxed);  // published by wake()'s release
+    wake();
+  }
+  /// Returns: whether the watch fired.
   bool fired() const noexcept { return fired_.load(std::memory_order_acquire); }
+  /// Returns: whether it fired because its node was deleted (once fired() says it fired).
+  bool deleted() const noexcept { return deleted_.load(std::memory_order_relaxed); }
   /// The watched path.
   const std::string path;
 
  private:
   std::shared_ptr<wake_relay> relay_;
   std::atomic<bool> fired_{false};
+  std::atomic<bool> deleted_{false};
 };
 
 /// Effects: arms a data watch on the path of each of `slots` (waking that slot), sending every
@@ -161,16 +162,11 @@ std::error_code release_node(session& s, const held_node& n) noexcept;
 /// then false, and `w`, if given, is woken when a release of the session settles.
 bool release_settled(session& s, const std::string& lock_path, const std::shared_ptr<wake_target>& w);
 
-/// Effects: after the session's generation `generation` ended (expired, or given up after a long
-/// disconnection), waits until a later generation is connected.
-/// Returns: true once one is; false if `deadline` passed first.
+/// Returns: true once a generation of `s` later than `generation` is connected; false if none is
+/// yet (then `w`, if given, is woken at the session's next change of state, of re-establishment,
+/// or at close). The one test of the waits for the next session (zklock:algorithm's next_session).
 /// Throws: errc::session_closed after close(); errc::session_expired if no next session will come:
 /// reestablish_after_expiry is off, or re-establishing was refused for good (auth, chroot).
-bool await_next_session(session& s, std::uint64_t generation, clock::time_point deadline);
-
-/// Returns: true once a generation of `s` later than `generation` is connected; false if none is
-/// yet (then `w`, if given, is woken at the session's next change of state).
-/// Throws: as await_next_session (session_closed; session_expired if no next session will come).
 bool next_session_ready(session& s, std::uint64_t generation, const std::shared_ptr<wake_target>& w);
 
 /// Returns: a token that fires when the session generation `generation` loses its holds (expiry,
@@ -248,23 +244,5 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 /// Effects: makes sure the semaphore node `path` exists and stores `leases`.
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count.
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
-
-/// A node's data and the stat fields that tools show (the `zklock ls` command).
-struct node_info {
-  std::string data;                  ///< up to 4 KiB of the node's data
-  std::int64_t czxid = 0;            ///< creation zxid (a contender's fencing token)
-  std::int64_t ephemeral_owner = 0;  ///< session id of an ephemeral node's owner, else 0
-};
-
-/// Returns: `path`'s data and stat, or nullopt if the node does not exist. Waits through a
-/// connection loss for up to the session's connect_timeout.
-/// Throws: std::system_error (operation_timeout after that wait, session or server failures).
-std::optional<node_info> read_node(session& s, const std::string& path);
-
-/// Effects: creates the ephemeral node `path` holding `data` (the ACL of contender nodes). Waits
-/// through a connection loss for up to the session's connect_timeout. Returns: false if its
-/// parent does not exist or a node of another session is there.
-/// Throws: std::system_error (operation_timeout after that wait, session or server failures).
-bool create_ephemeral(session& s, const std::string& path, std::string_view data);
 
 }  // namespace zklock::detail

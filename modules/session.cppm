@@ -10,9 +10,11 @@ module;
 #include <string_view>
 export module zklock:session;
 
-// The state behind a session (defined in modules/session/session_impl.cppm): not exported.
+// The state behind a session, and zklock's own access to it (both defined in the implementation
+// partition zklock:session_impl, modules/session/session_impl.cppm): not exported.
 namespace zklock::detail {
 struct session_impl;
+struct session_access;
 }  // namespace zklock::detail
 
 export namespace zklock {
@@ -184,10 +186,8 @@ class session {
   /// Returns: the options this session was opened with.
   const session_options& options() const noexcept;
 
-  /// Returns: the implementation (for zklock's own use only).
-  detail::session_impl& impl() const noexcept { return *impl_; }
-
  private:
+  friend struct detail::session_access;
   std::unique_ptr<detail::session_impl> impl_;
 };
 

@@ -41,9 +41,6 @@ class wake_target {
   /// Effects: wakes whoever waits on this target; called on ZooKeeper's event thread (or by the
   /// session when it ends), so it must not block. Never throws.
   virtual void wake() noexcept = 0;
-  /// Set (before wake()) when the watch fired because its node was deleted; the engine clears it
-  /// before each wait. Lets a waiter that knows the deletion decides the rule skip the re-listing.
-  std::atomic<bool> node_deleted{false};
 };
 
 /// A wakeup policy: an empty type naming a default-constructible `waiter` (a wake_target with

@@ -7,10 +7,12 @@
 // (tests/unit) import it to test them without a server.
 module;
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 export module zklock.detail;
 export import :queue;  // contender names and their queue order
@@ -64,6 +66,77 @@ constexpr bool settle_before_requeue(bool contended, clock::duration held_for, s
   if (!contended || !rtt || far == std::chrono::microseconds::max()) return false;
   return *rtt > far && held_for >= *rtt;
 }
+
+// ---- what a ZooKeeper C-client return code means to the call that got it --------------------------
+
+/// What a return code of the ZooKeeper C client tells the call that got it (meaning_of).
+enum class rc_meaning {
+  answered,         ///< the server answered: ZOK, or a refusal that the caller judges by its code
+  unknown_outcome,  ///< ZCONNECTIONLOSS, ZOPERATIONTIMEOUT: it may or may not have been served
+  session_expired,  ///< ZSESSIONEXPIRED, ZINVALIDSTATE: the session (its handle) is over
+  session_closed    ///< ZCLOSING: the handle is being closed
+};
+
+/// Returns: what `rc`, a C-client return code, means (the numbers are the C client's, which
+/// zklock::errc mirrors; the session layer checks them against its header).
+constexpr rc_meaning meaning_of(int rc) noexcept {
+  switch (rc) {
+    case -4:  // ZCONNECTIONLOSS
+    case -7:  // ZOPERATIONTIMEOUT
+      return rc_meaning::unknown_outcome;
+    case -112:  // ZSESSIONEXPIRED
+    case -9:    // ZINVALIDSTATE
+      return rc_meaning::session_expired;
+    case -116:  // ZCLOSING
+      return rc_meaning::session_closed;
+    default:
+      return rc_meaning::answered;
+  }
+}
+
+// ---- waiters to wake once -----------------------------------------------------------------------
+
+/// Waiters to wake once and then forget: the waiters of a session's next change of state, of a
+/// settling release, of one watch. Weak references, so that a waiter that gave up is not kept
+/// alive by the list; T has `void wake() noexcept`. Not thread-safe: its owner's lock guards it.
+/// To wake outside that lock, take() the waiters under it and wake_all() them after.
+template <class T>
+class waiter_list {
+ public:
+  /// Effects: adds `w`. Throws: std::bad_alloc.
+  void add(std::weak_ptr<T> w) { waiters_.push_back(std::move(w)); }
+  /// Effects: forgets `t` and every waiter that is gone. Returns: whether none is left.
+  bool remove(const T* t) noexcept {
+    std::erase_if(waiters_, [t](const std::weak_ptr<T>& w) {
+      const auto p = w.lock();
+      return !p || p.get() == t;
+    });
+    return waiters_.empty();
+  }
+  /// Returns: whether the list is empty (waiters that are gone count until woken or removed).
+  bool empty() const noexcept { return waiters_.empty(); }
+  /// Returns: the waiters, which this list forgets.
+  waiter_list take() noexcept {
+    waiter_list out;
+    out.waiters_.swap(waiters_);
+    return out;
+  }
+  /// Effects: calls `wake(t)` on every waiter t still alive, in the order they were added, then
+  /// forgets them all. `wake` must not throw.
+  template <class Wake>
+  void wake_all(Wake wake) noexcept {
+    for (auto& w : waiters_)
+      if (const auto t = w.lock()) wake(*t);
+    waiters_.clear();
+  }
+  /// Effects: wakes every waiter still alive (t.wake()), then forgets them all.
+  void wake_all() noexcept {
+    wake_all([](T& t) noexcept { t.wake(); });
+  }
+
+ private:
+  std::vector<std::weak_ptr<T>> waiters_;
+};
 
 // ---- checks of what users pass in ---------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 // the caller's thread (waiting for the reply, or not with session_options::background_release); a
 // delete whose outcome is unknown, or asked for while disconnected, goes to the session worker,
 // which sends it once connected without waiting for the reply (send_pending); the replies arrive
-// on the C client's completion thread, which hands unknown outcomes back to the worker.
+// on the C client's completion thread, which hands unknown outcomes back to the worker. What is
+// queued, in flight or settling is kept by background_deletes.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
@@ -22,6 +23,7 @@ module;
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -63,7 +65,7 @@ struct background_delete {
 /// Ends a background request when a completion returns, whichever way it returns.
 struct background_done {
   session_impl* s;
-  ~background_done() { s->end_background(); }
+  ~background_done() { s->deletes.end(); }
 };
 
 /// Effects: sends one background request for `p`: `send(zh, box)` is a zoo_a* call whose
@@ -71,18 +73,13 @@ struct background_done {
 /// Returns: false if it could not be sent (then nothing was done); true also if the handle is gone.
 template <class Send>
 bool send_in_background(session_impl& s, const pending_delete& p, Send send, std::string settle = {}) {
-  std::shared_lock hl{s.handle_mu};
-  if (!s.zh) return true;
+  std::shared_lock hl{s.handle.mu};
+  if (!s.handle.zh) return true;
   auto box = std::make_unique<background_delete>(background_delete{&s, p, std::move(settle)});
-  if (!box->settle.empty()) {
-    std::lock_guard lk{s.mu};
-    s.settling.push_back(box->settle);
-    s.settling_count.store(s.settling.size(), std::memory_order_release);
-  }
-  s.begin_background();
-  if (send(s.zh, box.get()) != ZOK) {
-    s.end_background();
-    if (!box->settle.empty()) s.end_settle(box->settle);
+  s.deletes.begin(box->settle);
+  if (send(s.handle.zh, box.get()) != ZOK) {
+    s.deletes.end();
+    if (!box->settle.empty()) s.deletes.end_settle(box->settle);
     return false;
   }
   box.release();  // owned by the completion now, which always comes (reply, loss or close)
@@ -91,7 +88,7 @@ bool send_in_background(session_impl& s, const pending_delete& p, Send send, std
 
 /// The listing of a lock node under which a node of ours (by its prefix) may stand: each one found
 /// goes back to the worker as a plain delete. (On the client's completion thread: it must not
-/// take handle_mu, which close_handle() holds while it joins that thread.)
+/// take handle.mu, which close_handle() holds while it joins that thread.)
 extern "C" void on_prefixed_listing(int rc, const struct String_vector* kids, const void* data) noexcept {
   std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
   const background_done done{box->s};
@@ -111,7 +108,7 @@ extern "C" void on_prefixed_listing(int rc, const struct String_vector* kids, co
 extern "C" void on_background_delete(int rc, const void* data) noexcept {
   std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
   const background_done done{box->s};
-  if (!box->settle.empty()) box->s->end_settle(box->settle);  // answered, or never will be: queue again
+  if (!box->settle.empty()) box->s->deletes.end_settle(box->settle);  // answered, or never will be: queue again
   log_refused_delete(box->p.path, rc);
   if (!unknown_outcome(rc)) return;
   try {
@@ -137,30 +134,12 @@ bool session_impl::send_pending(const pending_delete& p) {
 /// Effects: deletes the node p.path and waits for the reply (an unlock() on the caller's thread).
 /// Returns: false if the outcome is unknown (hand it to the worker).
 bool session_impl::delete_now(const pending_delete& p, int* result) {
-  std::shared_lock hl{handle_mu};
-  if (!zh) return true;
-  const int rc = zoo_delete(zh, p.path.c_str(), -1);
+  std::shared_lock hl{handle.mu};
+  if (!handle.zh) return true;
+  const int rc = zoo_delete(handle.zh, p.path.c_str(), -1);
   if (result) *result = rc;
   log_refused_delete(p.path, rc);
   return !unknown_outcome(rc);
-}
-
-/// Effects: counts a background request about to be sent (see inflight).
-void session_impl::begin_background() {
-  std::lock_guard lk{mu};
-  ++inflight;
-}
-
-/// Effects: counts a background request done: its completion ran, or it could not be sent.
-/// Wakes shutdown() when it waits for the last one (nobody else waits for them: a wake-up per
-/// release would cost the worker a context switch for nothing).
-void session_impl::end_background() noexcept {
-  bool last_while_closing;
-  {
-    std::lock_guard lk{mu};
-    last_while_closing = --inflight == 0 && closed;
-  }
-  if (last_while_closing) cv.notify_all();
 }
 
 /// Effects: sends the delete of p.path (no prefix) and returns; its completion retries it later
@@ -174,48 +153,85 @@ bool session_impl::delete_in_background(const pending_delete& p, std::string set
       std::move(settle));
 }
 
-void session_impl::end_settle(const std::string& lock_path) noexcept {
-  std::vector<std::weak_ptr<wake_target>> woken;
-  {
-    std::lock_guard lk{mu};
-    const auto it = std::find(settling.begin(), settling.end(), lock_path);
-    if (it != settling.end()) settling.erase(it);
-    settling_count.store(settling.size(), std::memory_order_release);
-    woken.swap(settle_waiters);
-  }
-  for (auto& w : woken)
-    if (auto t = w.lock()) t->wake();
+/// Effects: hands `p` to the worker, unless its session is gone (and the node with it).
+void session_impl::defer_delete(pending_delete p) {
+  if (!states.view().live(p.generation)) return;  // gone with its session
+  deletes.queue(std::move(p));
+  states.deletes_queued();
 }
 
-bool release_settled(session& sess, const std::string& lock_path, const std::shared_ptr<wake_target>& w) {
-  session_impl& s = sess.impl();
-  if (s.settling_count.load(std::memory_order_acquire) == 0) return true;
-  std::lock_guard lk{s.mu};
-  if (std::find(s.settling.begin(), s.settling.end(), lock_path) == s.settling.end()) return true;
-  if (w) s.settle_waiters.push_back(w);
+// ---- background_deletes ----------------------------------------------------------------------------
+
+void background_deletes::queue(pending_delete p) {
+  std::lock_guard lk{mu_};
+  pending_.push_back(std::move(p));
+}
+
+std::vector<pending_delete> background_deletes::take() noexcept {
+  std::lock_guard lk{mu_};
+  return std::exchange(pending_, {});
+}
+
+void background_deletes::begin(const std::string& settle) {
+  std::lock_guard lk{mu_};
+  if (!settle.empty()) {
+    settling_.push_back(settle);
+    settling_count_.store(settling_.size(), std::memory_order_release);
+  }
+  ++inflight_;
+}
+
+void background_deletes::end() noexcept {
+  bool last_awaited;
+  {
+    std::lock_guard lk{mu_};
+    last_awaited = --inflight_ == 0 && idle_awaited_;
+  }
+  if (last_awaited) idle_cv_.notify_all();
+}
+
+void background_deletes::await_idle(clock::duration timeout) noexcept {
+  std::unique_lock lk{mu_};
+  idle_awaited_ = true;
+  idle_cv_.wait_for(lk, timeout, [&] { return inflight_ == 0; });
+}
+
+void background_deletes::end_settle(const std::string& lock_path) noexcept {
+  waiters woken;
+  {
+    std::lock_guard lk{mu_};
+    const auto it = std::find(settling_.begin(), settling_.end(), lock_path);
+    if (it != settling_.end()) settling_.erase(it);
+    settling_count_.store(settling_.size(), std::memory_order_release);
+    woken = settle_waiters_.take();
+  }
+  woken.wake_all();
+}
+
+bool background_deletes::settled(const std::string& lock_path, const std::shared_ptr<wake_target>& w) {
+  if (settling_count_.load(std::memory_order_acquire) == 0) return true;
+  std::lock_guard lk{mu_};
+  if (std::find(settling_.begin(), settling_.end(), lock_path) == settling_.end()) return true;
+  if (w) settle_waiters_.add(w);
   return false;
 }
 
-/// Effects: hands `p` to the worker, unless its session is gone (and the node with it).
-void session_impl::defer_delete(pending_delete p) {
-  std::lock_guard lk{mu};
-  if (closed || p.generation != gen || st == session_state::expired) return;  // gone with its session
-  pending.push_back(std::move(p));
-  cv.notify_all();
+// ---- for the lock algorithm ------------------------------------------------------------------------
+
+bool release_settled(session& sess, const std::string& lock_path, const std::shared_ptr<wake_target>& w) {
+  return impl_of(sess).deletes.settled(lock_path, w);
 }
 
 std::error_code release_node(session& sess, const held_node& n) noexcept {
-  session_impl& s = sess.impl();
+  session_impl& s = impl_of(sess);
   try {
     pending_delete p{n.path, {}, n.generation};
-    {
-      std::lock_guard lk{s.mu};
-      if (s.closed || s.gen != n.generation || s.st == session_state::expired) return {};
-      if (s.st != session_state::connected) {
-        s.pending.push_back(std::move(p));
-        s.cv.notify_all();
-        return {};
-      }
+    const state_view v = s.states.view();
+    if (!v.live(n.generation)) return {};  // gone with its session
+    if (v.state != session_state::connected) {
+      s.deletes.queue(std::move(p));
+      s.states.deletes_queued();
+      return {};
     }
     if (s.opts.background_release) {
       std::string settle;  // this session's next acquire of the lock queues behind the reply?

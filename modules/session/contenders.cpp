@@ -22,6 +22,7 @@ module;
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -65,7 +66,7 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
     if (pos != path.size() && path[pos] != '/') continue;
     const std::string prefix = path.substr(0, pos);
     if (sent) ++*sent;
-    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
+    auto rc = s.call(deadline, g, {"zklock: creating ", prefix}, [&](zhandle_t* zh) {
       return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
     });
     if (!rc) return std::nullopt;
@@ -84,14 +85,12 @@ namespace {
 /// lets its creator delete. Returns: false if `deadline` passed. Throws: errc::no_auth.
 bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g, clock::time_point deadline,
                      std::size_t* sent) {
-  {
-    std::lock_guard lk{s.mu};
-    if (s.deletable.contains(lock_path)) return true;
-  }
+  if (s.deletable.contains(lock_path)) return true;
+  const call_name what{"zklock: reading the ACL of ", lock_path};
   ACL_vector acl{};
   struct Stat st {};
   if (sent) ++*sent;
-  auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
+  auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
   if (!rc) return false;
   if (*rc == ZOK) {
     std::vector<acl_entry> entries;
@@ -106,9 +105,8 @@ bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_
                                      " does not let this session delete its contender node again (no DELETE "
                                      "permission for world:anyone or our digest user): refusing to queue there");
   } else if (*rc != ZNONODE) {
-    fail(*rc, "zklock: reading the ACL of " + lock_path);
+    fail(*rc, what);
   }
-  std::lock_guard lk{s.mu};
   s.deletable.insert(lock_path);
   return true;
 }
@@ -178,20 +176,17 @@ extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, cons
 
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline, std::size_t* sent) {
-  session_impl& s = sess.impl();
-  const std::uint64_t g = s.current_gen();
+  session_impl& s = impl_of(sess);
+  const call_name what{"zklock: queueing under ", lock_path};
+  const std::uint64_t g = s.states.live_generation(what);
   if (!check_deletable(s, lock_path, g, deadline, sent)) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
   pipelined_replies r;
   {
-    std::shared_lock hl{s.handle_mu};  // as a synchronous call: the handle stays open meanwhile
-    {
-      std::lock_guard lk{s.mu};
-      if (s.closed) throw_error(errc::session_closed, "zklock");
-      if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
-    }
+    std::shared_lock hl{s.handle.mu};  // as a synchronous call: the handle stays open meanwhile
+    s.states.check_live(g, what);
     r.outstanding = 2;
-    const int crc = zoo_acreate2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+    const int crc = zoo_acreate2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
                                  contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
     if (crc == ZOK && sent) ++*sent;
     if (crc != ZOK) {
@@ -201,7 +196,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
       if (!node) return std::nullopt;
       return queued_node{std::move(*node), std::nullopt};
     }
-    const int lrc = zoo_aget_children(s.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
+    const int lrc = zoo_aget_children(s.handle.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
     if (lrc == ZOK && sent) ++*sent;
     std::unique_lock lk{r.mu};
     if (lrc != ZOK) --r.outstanding;  // no completion will come for it
@@ -221,20 +216,14 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   return queued_node{std::move(*node), std::nullopt};
 }
 
-std::optional<held_node> create_contender(session& sess, const std::string& lock_path, const std::string& prefix,
-                                          std::string_view data, clock::time_point deadline) {
-  session_impl& s = sess.impl();
-  const std::uint64_t g = s.current_gen();
-  if (!check_deletable(s, lock_path, g, deadline, nullptr)) return std::nullopt;
-  return create_contender_from(s, lock_path, prefix, data, deadline, g, false, nullptr);
-}
-
 namespace {
 
 std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
                                                bool maybe_created, std::size_t* sent) {
   const std::string node_prefix = lock_path + "/" + prefix;
+  const call_name looking{"zklock: looking for our contender under ", lock_path};
+  const call_name creating{"zklock: creating a contender under ", lock_path};
   auto give_up = [&]() -> std::optional<held_node> {
     if (maybe_created) s.defer_delete({lock_path, prefix, g});
     return std::nullopt;
@@ -244,7 +233,8 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
       // Protected creation: find the node by its unique prefix, adopt it only if it is ours.
       String_vector kids{};
       if (sent) ++*sent;
-      auto rc = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
+      auto rc = s.call(deadline, g, looking,
+                       [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
       if (!rc) return give_up();
       std::string found;
       if (*rc == ZOK) {
@@ -255,57 +245,46 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
         // We cannot look (e.g. NOAUTH on reading the lock node): a node of ours may exist. The
         // session tries to remove it (it can only if it may list), and we report the refusal.
         give_up();
-        fail(*rc, "zklock: looking for our contender under " + lock_path);
+        fail(*rc, looking);
       }
       if (!found.empty()) {
         const std::string full = lock_path + "/" + found;
         struct Stat st {};
         if (sent) ++*sent;
-        auto rc2 = s.call(deadline, g, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
+        auto rc2 = s.call(deadline, g, looking, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
         if (!rc2) return give_up();
-        std::int64_t mine;
-        {
-          std::lock_guard lk{s.mu};
-          mine = s.sid;
-        }
-        if (*rc2 == ZOK && st.ephemeralOwner == mine) return held_node{full, st.czxid, g};
+        if (*rc2 == ZOK && st.ephemeralOwner == s.states.view().id) return held_node{full, st.czxid, g};
       }
       maybe_created = false;
     }
     char created[path_buffer];
     struct Stat st {};
-    std::optional<int> rc;
+    int rc;
     {
-      std::shared_lock hl{s.handle_mu};
-      {
-        std::lock_guard lk{s.mu};
-        if (s.closed) throw_error(errc::session_closed, "zklock");
-        if (s.gen != g || s.st == session_state::expired) throw_error(errc::session_expired, "zklock");
-      }
+      std::shared_lock hl{s.handle.mu};
+      s.states.check_live(g, creating);
       if (sent) ++*sent;
-      rc = zoo_create2(s.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+      rc = zoo_create2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
                        ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &st);
     }
-    if (*rc == ZOK) return held_node{created, st.czxid, g};
-    if (*rc == ZNONODE) {
+    if (rc == ZOK) return held_node{created, st.czxid, g};
+    if (rc == ZNONODE) {
       auto rc2 = ensure_containers(s, lock_path, g, deadline, sent);
       if (!rc2) return give_up();
-      if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + lock_path);
+      if (*rc2 != ZOK) fail(*rc2, {"zklock: creating ", lock_path});
       continue;
     }
-    if (*rc == ZSESSIONEXPIRED || *rc == ZINVALIDSTATE) throw_error(errc::session_expired, "zklock");
-    if (*rc == ZCLOSING) throw_error(errc::session_closed, "zklock");
-    if (unknown_outcome(*rc)) {
+    if (!answered(rc, creating)) {
       maybe_created = true;
       try {
-        if (!s.wait_connected(deadline, g)) return give_up();
+        if (!s.states.wait_connected(deadline, g, creating)) return give_up();
       } catch (...) {
         give_up();
         throw;
       }
       continue;
     }
-    fail(*rc, "zklock: creating a contender under " + lock_path);
+    fail(rc, creating);
   }
 }
 

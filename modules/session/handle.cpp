@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C client's handle of a session: opening it (connect, auth, chroot check), closing it, and
-// its session watcher. open_handle runs on the caller's thread (the session's constructor,
-// reestablish()) or on the session worker (re-establishment after expiry); close_handle on
-// whichever thread closes or gives up the session; session_watcher on the C client's completion
-// thread.
+// its session watcher, with the state machine's side of them (a new generation, the client's
+// states). open_handle runs on the caller's thread (the session's constructor, reestablish()) or on
+// the session worker (re-establishment after expiry); close_handle on whichever thread closes or
+// gives up the session; session_watcher on the C client's completion thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <atomic>
@@ -19,8 +19,11 @@ module;
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -30,77 +33,99 @@ import :session_impl;
 
 namespace zklock::detail {
 
-void session_impl::session_watcher(zhandle_t* zh, int type, int state, const char*, void* vctx) {
-  if (type != ZOO_SESSION_EVENT || !vctx) return;
-  auto* c = static_cast<handle_ctx*>(vctx);
-  session_impl& s = *c->impl;
-  std::lock_guard lk{s.mu};
+// ---- the state machine's side of the handle --------------------------------------------------------
+
+void state_machine::on_client_state(std::uint64_t g, int state, zhandle_t* zh) {
+  std::lock_guard lk{mu_};
   // A replaced handle, or one given up: `expired` ends a generation for good. (A handle given up
   // after a long disconnection may still reconnect, its session alive on the server, before the
   // worker closes it: that must not bring the generation back to `connected`.)
-  if (c->generation != s.gen || s.closed || s.st == session_state::expired) return;
+  if (g != gen_ || closed_ || st_ == session_state::expired) return;
   if (state == ZOO_CONNECTED_STATE) {
-    s.connected_once = true;
-    if (const clientid_t* id = zoo_client_id(zh)) s.sid = id->client_id;
-    s.negotiated = std::chrono::milliseconds{zoo_recv_timeout(zh)};
-    s.post(session_state::connected);
+    connected_once_ = true;
+    if (const clientid_t* id = zoo_client_id(zh)) sid_ = id->client_id;
+    negotiated_ = std::chrono::milliseconds{zoo_recv_timeout(zh)};
+    post(session_state::connected);
   } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
-    s.post(s.connected_once ? session_state::suspended : session_state::connecting);
+    post(connected_once_ ? session_state::suspended : session_state::connecting);
   } else if (state == ZOO_EXPIRED_SESSION_STATE) {
-    s.post(session_state::expired);
+    post(session_state::expired);
   } else if (state == ZOO_AUTH_FAILED_STATE) {
-    s.auth_failed = true;
-    s.cv.notify_all();
+    auth_failed_ = true;
+    cv_.notify_all();
   }
+}
+
+bool state_machine::reopen_wanted() const noexcept {
+  std::lock_guard lk{mu_};
+  return closed_ || st_ == session_state::expired;
+}
+
+std::pair<std::stop_source, std::uint64_t> state_machine::begin_generation() {
+  std::lock_guard lk{mu_};
+  if (closed_) throw_error(errc::session_closed, "zklock::session: opening a new handle");
+  auto old_loss = std::exchange(loss_, std::stop_source{});
+  ++gen_;
+  reopen_refused_ = false;
+  connected_once_ = false;
+  auth_failed_ = false;
+  sid_ = 0;
+  post(session_state::connecting);
+  return {std::move(old_loss), gen_};
+}
+
+state_machine::opened state_machine::wait_opened(clock::time_point deadline) {
+  std::unique_lock lk{mu_};
+  if (!cv_.wait_until(lk, deadline, [&] { return st_ == session_state::connected || auth_failed_ || closed_; }))
+    return opened::timed_out;
+  return auth_failed_ ? opened::auth_failed : opened::ready;
+}
+
+void state_machine::open_failed(bool first) {
+  std::lock_guard lk{mu_};
+  post(first ? session_state::closed : session_state::expired);
+}
+
+// ---- the handle --------------------------------------------------------------------------------------
+
+void session_impl::session_watcher(zhandle_t* zh, int type, int state, const char*, void* vctx) {
+  if (type != ZOO_SESSION_EVENT || !vctx) return;
+  const auto* c = static_cast<const handle_ctx*>(vctx);
+  c->impl->states.on_client_state(c->generation, state, zh);
 }
 
 void session_impl::close_handle() {
-  std::unique_lock hl{handle_mu};
-  if (zh) {
-    zookeeper_close(zh);  // joins the client's threads: no callback of it runs after this
-    zh = nullptr;
+  std::unique_lock hl{handle.mu};
+  if (handle.zh) {
+    zookeeper_close(handle.zh);  // joins the client's threads: no callback of it runs after this
+    handle.zh = nullptr;
   }
-  ctx.reset();
-  wake_all_groups(this);  // a closed handle fires no watch: its waiters must hear of it
+  handle.ctx.reset();
+  watches.wake_all();  // a closed handle fires no watch: its waiters must hear of it
 }
 
-
 void session_impl::open_handle(bool first) {
-  std::lock_guard rl{reopen_mu};
-  if (!first) {  // the worker and reestablish() may both get here: the second has nothing to do
-    std::lock_guard lk{mu};
-    if (!closed && st != session_state::expired) return;
-  }
+  std::lock_guard rl{handle.reopen_mu};
+  // The worker and reestablish() may both get here: the second has nothing to do.
+  if (!first && !states.reopen_wanted()) return;
   close_handle();
   const auto deadline = clock::now() + opts.connect_timeout;
   std::stop_source old_loss;
   {
     // One step for callers: the new generation and its handle appear together (a call that saw
     // the new generation with no handle yet would hand the C client a null handle).
-    std::unique_lock hl{handle_mu};
-    {
-      std::lock_guard lk{mu};
-      if (closed) throw_error(errc::session_closed, "zklock::session");
-      old_loss = std::exchange(loss, std::stop_source{});
-      ++gen;
-      reopen_refused = false;
-      connected_once = false;
-      auth_failed = false;
-      sid = 0;
-      post(session_state::connecting);
-      ctx = std::make_unique<handle_ctx>(handle_ctx{this, gen});
-    }
+    std::unique_lock hl{handle.mu};
+    std::uint64_t g;
+    std::tie(old_loss, g) = states.begin_generation();
+    handle.ctx = std::make_unique<handle_ctx>(handle_ctx{this, g});
     refresh_client_log_level();
     errno = 0;
-    zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
-                         nullptr, ctx.get(), 0, &zk_log_line);
-    if (!zh) {
+    handle.zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
+                                nullptr, handle.ctx.get(), 0, &zk_log_line);
+    if (!handle.zh) {
       const int e = errno;
-      ctx.reset();
-      {
-        std::lock_guard lk{mu};
-        post(first ? session_state::closed : session_state::expired);
-      }
+      handle.ctx.reset();
+      states.open_failed(first);
       old_loss.request_stop();
       throw std::system_error(e ? e : EINVAL, std::generic_category(),
                               "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
@@ -109,22 +134,14 @@ void session_impl::open_handle(bool first) {
   old_loss.request_stop();  // holds of the replaced handle are gone, if they were not already
   auto fail = [&](errc e, const std::string& what) {
     close_handle();
-    std::lock_guard lk{mu};
-    post(first ? session_state::closed : session_state::expired);
+    states.open_failed(first);
     throw_error(e, what);
   };
-  {
-    std::unique_lock lk{mu};
-    if (!cv.wait_until(lk, deadline, [&] { return st == session_state::connected || auth_failed || closed; })) {
-      lk.unlock();
-      fail(errc::connect_timeout, "zklock::session: no session with \"" + opts.connect + "\" within " +
-                                      std::to_string(opts.connect_timeout.count()) + " ms");
-    }
-    if (auth_failed) {
-      lk.unlock();
-      fail(errc::auth_failed, "zklock::session: authentication failed");
-    }
-  }
+  const auto opened = states.wait_opened(deadline);
+  if (opened == state_machine::opened::timed_out)
+    fail(errc::connect_timeout, "zklock::session: no session with \"" + opts.connect + "\" within " +
+                                    std::to_string(opts.connect_timeout.count()) + " ms");
+  if (opened == state_machine::opened::auth_failed) fail(errc::auth_failed, "zklock::session: authentication failed");
   if (opts.auth) {
     struct auth_wait {
       std::mutex m;
@@ -136,9 +153,10 @@ void session_impl::open_handle(bool first) {
     auto* held = new std::shared_ptr<auth_wait>(w);  // freed by the completion
     int rc;
     {
-      std::shared_lock hl{handle_mu};
+      std::shared_lock hl{handle.mu};
       rc = zoo_add_auth(
-          zh, opts.auth->scheme.c_str(), opts.auth->credential.data(), static_cast<int>(opts.auth->credential.size()),
+          handle.zh, opts.auth->scheme.c_str(), opts.auth->credential.data(),
+          static_cast<int>(opts.auth->credential.size()),
           [](int rc2, const void* data) {
             auto* p = static_cast<std::shared_ptr<auth_wait>*>(const_cast<void*>(data));
             {
@@ -170,8 +188,8 @@ void session_impl::open_handle(bool first) {
     struct Stat stat;
     int rc;
     {
-      std::shared_lock hl{handle_mu};
-      rc = zoo_exists(zh, "/", 0, &stat);
+      std::shared_lock hl{handle.mu};
+      rc = zoo_exists(handle.zh, "/", 0, &stat);
     }
     if (rc == ZNONODE) fail(errc::chroot_missing, "zklock::session: chroot " + chroot + " does not exist");
     if (rc != ZOK) fail(static_cast<errc>(rc), "zklock::session: checking chroot " + chroot);

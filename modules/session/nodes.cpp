@@ -20,82 +20,88 @@ module;
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 #include <zookeeper/zookeeper.h>
 module zklock;
 import :session_impl;
+import :nodes;
 
 namespace zklock::detail {
 
 void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
-  session_impl& s = sess.impl();
-  const auto g = s.current_gen();
+  session_impl& s = impl_of(sess);
+  const call_name opening{"zklock: opening semaphore ", path};
+  const call_name creating{"zklock: creating semaphore ", path};
+  const auto g = s.states.live_generation(opening);
   const auto deadline = clock::now() + s.opts.connect_timeout;
   const std::string want = "leases=" + std::to_string(leases);
   for (;;) {
     char buf[64];
     int len = sizeof buf;
     struct Stat st {};
-    auto rc = s.call(deadline, g, [&](zhandle_t* zh) {
+    auto rc = s.call(deadline, g, opening, [&](zhandle_t* zh) {
       len = sizeof buf;
       return zoo_get(zh, path.c_str(), 0, buf, &len, &st);
     });
-    if (!rc) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
+    if (!rc) throw_error(errc::operation_timeout, opening.text());
     if (*rc == ZOK) {
       const std::string have{buf, static_cast<std::size_t>(std::max(len, 0))};
       if (have == want) return;
       throw_error(errc::lease_count_mismatch,
                   "zklock: semaphore " + path + " stores \"" + have + "\", opened with " + want);
     }
-    if (*rc != ZNONODE) fail(*rc, "zklock: opening semaphore " + path);
+    if (*rc != ZNONODE) fail(*rc, opening);
     const auto parent = path.substr(0, path.rfind('/'));
     if (!parent.empty()) {
       auto rc2 = ensure_containers(s, parent, g, deadline);
-      if (!rc2) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
-      if (*rc2 != ZOK) fail(*rc2, "zklock: creating " + parent);
+      if (!rc2) throw_error(errc::operation_timeout, opening.text());
+      if (*rc2 != ZOK) fail(*rc2, {"zklock: creating ", parent});
     }
-    auto rc3 = s.call(deadline, g, [&](zhandle_t* zh) {
+    auto rc3 = s.call(deadline, g, creating, [&](zhandle_t* zh) {
       return zoo_create(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
                         ZOO_PERSISTENT, nullptr, 0);
     });
-    if (!rc3) throw_error(errc::operation_timeout, "zklock: opening semaphore " + path);
-    if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, "zklock: creating semaphore " + path);
+    if (!rc3) throw_error(errc::operation_timeout, opening.text());
+    if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, creating);
   }
 }
 
 std::optional<node_info> read_node(session& sess, const std::string& path) {
-  session_impl& s = sess.impl();
+  session_impl& s = impl_of(sess);
+  const call_name what{"zklock: reading ", path};
   const auto deadline = clock::now() + s.opts.connect_timeout;
   std::string buf(4096, '\0');
   int len = 0;
   struct Stat st {};
-  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
     len = static_cast<int>(buf.size());
     return zoo_get(zh, path.c_str(), 0, buf.data(), &len, &st);
   });
-  if (!rc) throw_error(errc::operation_timeout, "zklock: reading " + path);
+  if (!rc) throw_error(errc::operation_timeout, what.text());
   if (*rc == ZNONODE) return std::nullopt;
-  if (*rc != ZOK) fail(*rc, "zklock: reading " + path);
+  if (*rc != ZOK) fail(*rc, what);
   buf.resize(static_cast<std::size_t>(std::max(len, 0)));
   return node_info{std::move(buf), st.czxid, st.ephemeralOwner};
 }
 
 bool create_ephemeral(session& sess, const std::string& path, std::string_view data) {
-  session_impl& s = sess.impl();
+  session_impl& s = impl_of(sess);
+  const call_name what{"zklock: creating ", path};
   const auto deadline = clock::now() + s.opts.connect_timeout;
-  auto rc = s.call(deadline, s.current_gen(), [&](zhandle_t* zh) {
+  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
     return zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s), ZOO_EPHEMERAL,
                       nullptr, 0);
   });
-  if (!rc) throw_error(errc::operation_timeout, "zklock: creating " + path);
+  if (!rc) throw_error(errc::operation_timeout, what.text());
   if (*rc == ZOK) return true;
   if (*rc == ZNONODE) return false;
-  if (*rc != ZNODEEXISTS) fail(*rc, "zklock: creating " + path);
+  if (*rc != ZNODEEXISTS) fail(*rc, what);
   // Ours, if an earlier try's reply was lost (s.call sends again after a connection loss).
   const auto info = read_node(sess, path);
-  std::lock_guard lk{s.mu};
-  return info && info->ephemeral_owner == s.sid;
+  return info && info->ephemeral_owner == s.states.view().id;
 }
 
 }  // namespace zklock::detail

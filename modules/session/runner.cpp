@@ -19,7 +19,9 @@ module;
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -274,7 +276,7 @@ bool resume_waiter::suspend(std::coroutine_handle<> h, std::chrono::steady_clock
 // ---- the session's runner --------------------------------------------------------------------------
 
 std::shared_ptr<async_runner> runner_of(session& sess) {
-  session_impl& s = sess.impl();
+  session_impl& s = impl_of(sess);
   std::lock_guard lk{s.runner_mu};
   if (!s.runner) {
     auto r = std::make_shared<async_runner>();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock::session: the class, its state machine (which state, which generation) and its listeners,
-// and close(). Runs on the caller's thread, except notify_listeners (on the session worker, and on
-// the thread that calls close()). The handle itself: handle.cpp; the worker: session_thread.cpp.
+// and close(). Runs on the caller's thread, except listener_list::notify (on the session worker, and
+// on the thread that calls close()) and the state machine's worker side (session_thread.cpp). The
+// handle itself: handle.cpp.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <atomic>
@@ -20,6 +21,7 @@ module;
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -52,7 +54,144 @@ auth_info digest(std::string_view user, std::string_view password) {
 
 namespace detail {
 
-// ---- state and listeners -------------------------------------------------------------------------
+// ---- the state machine ---------------------------------------------------------------------------
+
+state_view state_machine::view_locked() const noexcept { return {st_, gen_, sid_, negotiated_, closed_}; }
+
+state_view state_machine::view() const noexcept {
+  std::lock_guard lk{mu_};
+  return view_locked();
+}
+
+void state_machine::check_live(std::uint64_t g, const call_name& what) const {
+  std::lock_guard lk{mu_};
+  view_locked().check_live(g, what);
+}
+
+std::uint64_t state_machine::live_generation(const call_name& what) const {
+  std::lock_guard lk{mu_};
+  const state_view v = view_locked();
+  v.check_live(v.generation, what);
+  return v.generation;
+}
+
+bool state_machine::wait_connected(clock::time_point deadline, std::uint64_t g, const call_name& what) {
+  std::unique_lock lk{mu_};
+  auto ready = [&] {
+    return closed_ || gen_ != g || st_ == session_state::connected || st_ == session_state::expired;
+  };
+  if (deadline == clock::time_point::max())
+    cv_.wait(lk, ready);
+  else if (!cv_.wait_until(lk, deadline, ready))
+    return false;
+  view_locked().check_live(g, what);
+  return true;
+}
+
+bool state_machine::wait_for(session_state s, std::chrono::milliseconds timeout) const {
+  std::unique_lock lk{mu_};
+  return cv_.wait_for(lk, timeout, [&] { return st_ == s; });
+}
+
+bool state_machine::next_session_ready(std::uint64_t g, const std::shared_ptr<wake_target>& w) {
+  std::lock_guard lk{mu_};
+  if (closed_) throw_error(errc::session_closed, "zklock: waiting for the next session");
+  if (gen_ > g && st_ == session_state::connected) return true;
+  if (!opts_.reestablish_after_expiry)
+    throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
+  if (reopen_refused_ && st_ == session_state::expired)
+    throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
+  if (w) next_waiters_.add(w);
+  return false;
+}
+
+std::stop_token state_machine::loss_token(std::uint64_t g) const {
+  std::lock_guard lk{mu_};
+  if (gen_ == g && !closed_) return loss_.get_token();
+  std::stop_source gone;
+  gone.request_stop();
+  return gone.get_token();
+}
+
+void state_machine::post(session_state s) {
+  if (s == st_) return;
+  if (s == session_state::suspended) suspended_at_ = clock::now();
+  st_ = s;
+  events_.push_back(s);
+  cv_.notify_all();
+  next_waiters_.wake_all();
+}
+
+bool state_machine::close() noexcept {
+  std::lock_guard lk{mu_};
+  if (closed_) return false;
+  closed_ = true;
+  stop_worker_ = true;
+  cv_.notify_all();
+  return true;
+}
+
+std::stop_source state_machine::loss() const noexcept {
+  std::lock_guard lk{mu_};
+  return loss_;
+}
+
+void state_machine::wake_next_session_waiters() noexcept {
+  std::lock_guard lk{mu_};
+  next_waiters_.wake_all();
+}
+
+std::deque<session_state> state_machine::take_events() noexcept {
+  std::lock_guard lk{mu_};
+  return std::exchange(events_, {});
+}
+
+void state_machine::finish_close() noexcept {
+  std::lock_guard lk{mu_};
+  st_ = session_state::closed;
+  cv_.notify_all();
+}
+
+// ---- the listeners ---------------------------------------------------------------------------------
+
+std::uint64_t listener_list::add(state_listener l) {
+  std::unique_lock<std::mutex> ll;
+  if (!in_listener()) ll = std::unique_lock{mu_};  // else ours already
+  const auto id = next_++;
+  listeners_.emplace(id, std::move(l));
+  return id;
+}
+
+void listener_list::remove(std::uint64_t id) noexcept {
+  std::unique_lock<std::mutex> ll;
+  if (!in_listener()) ll = std::unique_lock{mu_};  // else ours already
+  listeners_.erase(id);
+}
+
+void listener_list::notify(session_state s, const state_machine& states, bool before_close) noexcept {
+  std::unique_lock<std::mutex> ll;
+  const bool nested = in_listener();  // close() from inside a listener
+  if (!nested) {
+    ll = std::unique_lock{mu_};
+    dispatcher_.store(std::this_thread::get_id());
+  }
+  try {
+    const auto snapshot = listeners_;  // a listener may add or remove listeners
+    for (auto& [id, l] : snapshot) {
+      if (!listeners_.contains(id)) continue;
+      // e.g. a listener closed the session: "closed" was the last word
+      if (s != session_state::closed && !before_close && states.view().closed) break;
+      try {
+        l(s);
+      } catch (...) {  // a listener's exception must not end the session's thread
+      }
+    }
+  } catch (...) {  // allocation failure while copying: the listeners miss this change
+  }
+  if (!nested) dispatcher_.store(std::thread::id{});
+}
+
+// ---- the session ---------------------------------------------------------------------------------
 
 session_impl::~session_impl() {
   if (runner) {
@@ -61,80 +200,15 @@ session_impl::~session_impl() {
   }
   // close() called from a listener cannot join the worker it runs on: join it here.
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
-  if (reaper.joinable()) reaper.join();
-}
-
-void session_impl::notify_listeners(session_state s, bool before_close) noexcept {
-  std::unique_lock<std::mutex> ll;
-  const bool nested = in_listener();  // close() from inside a listener
-  if (!nested) {
-    ll = std::unique_lock{listener_mu};
-    dispatcher.store(std::this_thread::get_id());
-  }
-  try {
-    const auto snapshot = listeners;  // a listener may add or remove listeners
-    for (auto& [id, l] : snapshot) {
-      if (!listeners.contains(id)) continue;
-      if (s != session_state::closed && !before_close) {
-        std::lock_guard lk{mu};
-        if (closed) break;  // e.g. a listener closed the session: "closed" was the last word
-      }
-      try {
-        l(s);
-      } catch (...) {  // a listener's exception must not end the session's thread
-      }
-    }
-  } catch (...) {  // allocation failure while copying: the listeners miss this change
-  }
-  if (!nested) dispatcher.store(std::thread::id{});
-}
-
-void session_impl::post(session_state s) {
-  if (s == st) return;
-  if (s == session_state::suspended) suspended_at = clock::now();
-  st = s;
-  events.push_back(s);
-  cv.notify_all();
-  wake_state_waiters();
-}
-
-bool session_impl::wait_connected(clock::time_point deadline, std::uint64_t want_gen) {
-  std::unique_lock lk{mu};
-  auto ready = [&] { return closed || gen != want_gen || st == session_state::connected || st == session_state::expired; };
-  if (deadline == clock::time_point::max())
-    cv.wait(lk, ready);
-  else if (!cv.wait_until(lk, deadline, ready))
-    return false;
-  if (closed) throw_error(errc::session_closed, "zklock");
-  if (gen != want_gen || st == session_state::expired) throw_error(errc::session_expired, "zklock");
-  return true;
-}
-
-std::uint64_t session_impl::current_gen() const {
-  std::lock_guard lk{mu};
-  if (closed) throw_error(errc::session_closed, "zklock");
-  return gen;
+  reaper.join();
 }
 
 void session_impl::shutdown() noexcept {
-  {
-    std::lock_guard lk{mu};
-    if (closed) return;
-    closed = true;
-    stop_worker = true;
-    cv.notify_all();
-  }
-  wake_all_groups(this);  // waiters see `closed` at once, not after the handle is closed
-  std::stop_source lost;
-  {
-    std::lock_guard lk{mu};
-    lost = loss;
-  }
-  lost.request_stop();  // a closed session holds nothing
-  {
-    std::lock_guard lk{mu};
-    wake_state_waiters();
-  }
+  if (!states.close()) return;
+  reaper.request_stop();
+  watches.wake_all();  // waiters see `closed` at once, not after the handle is closed
+  states.loss().request_stop();  // a closed session holds nothing
+  states.wake_next_session_waiters();
   // Asynchronous acquires still pending complete now (session_closed), before close() returns.
   std::shared_ptr<async_runner> r;
   {
@@ -145,16 +219,13 @@ void session_impl::shutdown() noexcept {
   // From a listener (on the worker), the worker ends by itself once the listener returns; the
   // destructor joins it.
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
-  if (reaper.joinable() && reaper.get_id() != std::this_thread::get_id()) reaper.join();
-  {
-    // Background requests (releases and retried deletes) not answered yet: a handle closed
-    // now drops their completions (the C client queues them for its completion thread, which
-    // has already stopped), and with them what they own. While connected their replies are one
-    // round trip away: wait for them, briefly.
-    std::unique_lock lk{mu};
-    cv.wait_for(lk, std::min<clock::duration>(opts.connect_timeout, std::chrono::seconds{2}),
-                [&] { return inflight == 0 || st != session_state::connected; });
-  }
+  reaper.join();
+  // Background requests (releases and retried deletes) not answered yet: a handle closed now
+  // drops their completions (the C client queues them for its completion thread, which has
+  // already stopped), and with them what they own. While connected their replies are one round
+  // trip away: wait for them, briefly. (Closed, the state no longer changes but by this call.)
+  if (states.view().state == session_state::connected)
+    deletes.await_idle(std::min<clock::duration>(opts.connect_timeout, std::chrono::seconds{2}));
   close_handle();
   // Changes posted before close() that the worker had not delivered when it stopped (e.g. an
   // `expired` queued behind a slow listener): listeners hear them, in order, before `closed`.
@@ -162,15 +233,10 @@ void session_impl::shutdown() noexcept {
   // From a listener (on the worker), the changes after the one being delivered stay undelivered:
   // the listeners after the closing one do not hear that one either.
   std::deque<session_state> undelivered;
-  if (worker.get_id() != std::this_thread::get_id()) {
-    std::lock_guard lk{mu};
-    undelivered.swap(events);
-  }
-  for (const session_state s : undelivered) notify_listeners(s, true);
-  notify_listeners(session_state::closed);
-  std::lock_guard lk{mu};
-  st = session_state::closed;
-  cv.notify_all();
+  if (worker.get_id() != std::this_thread::get_id()) undelivered = states.take_events();
+  for (const session_state s : undelivered) listeners.notify(s, states, true);
+  listeners.notify(session_state::closed, states);
+  states.finish_close();
 }
 
 }  // namespace detail
@@ -209,11 +275,8 @@ session::session(session_options options) {
   impl_ = std::make_unique<detail::session_impl>(std::move(options));
   impl_->chroot = std::move(chroot);
   impl_->open_handle(true);  // throws; nothing else to undo yet
-  {
-    // The changes so far happened before anyone could add a listener: they are not "later".
-    std::lock_guard lk{impl_->mu};
-    impl_->events.clear();
-  }
+  // The changes so far happened before anyone could add a listener: they are not "later".
+  (void)impl_->states.take_events();
   impl_->worker = std::thread([p = impl_.get()] { p->run_worker(); });
 }
 
@@ -223,64 +286,40 @@ void session::close() noexcept {
   if (impl_) impl_->shutdown();
 }
 
-session_state session::state() const noexcept {
-  std::lock_guard lk{impl_->mu};
-  return impl_->st;
-}
+session_state session::state() const noexcept { return impl_->states.view().state; }
 
-std::int64_t session::id() const noexcept {
-  std::lock_guard lk{impl_->mu};
-  return impl_->sid;
-}
+std::int64_t session::id() const noexcept { return impl_->states.view().id; }
 
-std::uint64_t session::generation() const noexcept {
-  std::lock_guard lk{impl_->mu};
-  return impl_->gen;
-}
+std::uint64_t session::generation() const noexcept { return impl_->states.view().generation; }
 
-std::chrono::milliseconds session::negotiated_timeout() const noexcept {
-  std::lock_guard lk{impl_->mu};
-  return impl_->negotiated;
-}
+std::chrono::milliseconds session::negotiated_timeout() const noexcept { return impl_->states.view().negotiated; }
 
-std::uint64_t session::add_state_listener(state_listener l) {
-  std::unique_lock<std::mutex> ll;
-  if (!impl_->in_listener()) ll = std::unique_lock{impl_->listener_mu};  // else ours already
-  const auto id = impl_->next_listener++;
-  impl_->listeners.emplace(id, std::move(l));
-  return id;
-}
+std::uint64_t session::add_state_listener(state_listener l) { return impl_->listeners.add(std::move(l)); }
 
-void session::remove_state_listener(std::uint64_t id) noexcept {
-  std::unique_lock<std::mutex> ll;
-  if (!impl_->in_listener()) ll = std::unique_lock{impl_->listener_mu};  // else ours already
-  impl_->listeners.erase(id);
-}
+void session::remove_state_listener(std::uint64_t id) noexcept { impl_->listeners.remove(id); }
 
 bool session::wait_for(session_state s, std::chrono::milliseconds timeout) const {
   if (timeout < std::chrono::milliseconds::zero())
     throw std::invalid_argument("zklock::session::wait_for: negative timeout (" + std::to_string(timeout.count()) + " ms)");
-  std::unique_lock lk{impl_->mu};
-  return impl_->cv.wait_for(lk, timeout, [&] { return impl_->st == s; });
+  return impl_->states.wait_for(s, timeout);
 }
 
 void session::flush() {
   detail::session_impl& s = *impl_;
+  const detail::call_name what{"zklock::session::flush"};
   const auto deadline = detail::clock::now() + s.opts.connect_timeout;
-  auto rc = s.call(deadline, s.current_gen(), [](zhandle_t* zh) {
+  auto rc = s.call(deadline, s.states.live_generation(what), what, [](zhandle_t* zh) {
     struct Stat st {};
     return zoo_exists(zh, "/", 0, &st);  // "/" is the chroot when there is one: it exists
   });
-  if (!rc) throw_error(errc::operation_timeout, "zklock::session::flush");
-  if (*rc != ZOK) throw_error(static_cast<errc>(*rc), "zklock::session::flush");
+  if (!rc) throw_error(errc::operation_timeout, what.text());
+  if (*rc != ZOK) detail::fail(*rc, what);
 }
 
 void session::reestablish() {
-  {
-    std::lock_guard lk{impl_->mu};
-    if (impl_->closed) throw_error(errc::session_closed, "zklock::session::reestablish");
-    if (impl_->st != session_state::expired) return;
-  }
+  const detail::state_view v = impl_->states.view();
+  if (v.closed) throw_error(errc::session_closed, "zklock::session::reestablish");
+  if (v.state != session_state::expired) return;
   impl_->open_handle();
 }
 
@@ -288,70 +327,38 @@ const session_options& session::options() const noexcept { return impl_->opts; }
 
 session_credentials session::credentials() const {
   detail::session_impl& s = *impl_;
-  std::shared_lock hl{s.handle_mu};  // the handle stays while we read its id
-  std::lock_guard lk{s.mu};
-  if (s.closed) throw_error(errc::session_closed, "zklock::session::credentials");
+  std::shared_lock hl{s.handle.mu};  // the handle stays while we read its id
+  const detail::state_view v = s.states.view();
+  if (v.closed) throw_error(errc::session_closed, "zklock::session::credentials");
   // Expired, or a new handle still connecting: there is no session a second handle could join.
-  if (s.st == session_state::expired || s.st == session_state::connecting || !s.zh || s.sid == 0)
+  if (v.state == session_state::expired || v.state == session_state::connecting || !s.handle.zh || v.id == 0)
     throw_error(errc::session_expired, "zklock::session::credentials: no live session");
-  const clientid_t* id = ::zoo_client_id(s.zh);
-  if (!id || id->client_id != s.sid)
+  const clientid_t* id = ::zoo_client_id(s.handle.zh);
+  if (!id || id->client_id != v.id)
     throw_error(errc::session_expired, "zklock::session::credentials: no live session");
   return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
 }
 
 bool session::await_next_generation(std::uint64_t generation, std::chrono::steady_clock::time_point deadline) {
-  return detail::await_next_session(*this, generation, deadline);
+  return detail::next_session<wake_condition_variable>(*this, generation, deadline, {}).run();
 }
 
 // ---- generations, for the lock algorithm -----------------------------------------------------------
 
 namespace detail {
 
-bool await_next_session(session& sess, std::uint64_t generation, clock::time_point deadline) {
-  session_impl& s = sess.impl();
-  std::unique_lock lk{s.mu};
-  const auto settled = [&] {
-    return s.closed || (s.gen > generation && s.st == session_state::connected) ||
-           !s.opts.reestablish_after_expiry || (s.reopen_refused && s.st == session_state::expired);
-  };
-  if (deadline == clock::time_point::max())
-    s.cv.wait(lk, settled);
-  else if (!s.cv.wait_until(lk, deadline, settled))
-    return false;
-  if (s.closed) throw_error(errc::session_closed, "zklock");
-  if (s.gen > generation && s.st == session_state::connected) return true;
-  if (!s.opts.reestablish_after_expiry)
-    throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
-  throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
-}
-
 bool next_session_ready(session& sess, std::uint64_t generation, const std::shared_ptr<wake_target>& w) {
-  session_impl& s = sess.impl();
-  std::lock_guard lk{s.mu};
-  if (s.closed) throw_error(errc::session_closed, "zklock");
-  if (s.gen > generation && s.st == session_state::connected) return true;
-  if (!s.opts.reestablish_after_expiry)
-    throw_error(errc::session_expired, "zklock: the session expired (reestablish_after_expiry is off)");
-  if (s.reopen_refused && s.st == session_state::expired)
-    throw_error(errc::session_expired, "zklock: the session expired and a new one was refused");
-  if (w) s.state_waiters.push_back(w);
-  return false;
+  return impl_of(sess).states.next_session_ready(generation, w);
 }
 
 std::stop_token loss_token(const session& sess, std::uint64_t generation) {
-  session_impl& s = sess.impl();
-  std::lock_guard lk{s.mu};
-  if (s.gen == generation && !s.closed) return s.loss.get_token();
-  std::stop_source gone;
-  gone.request_stop();
-  return gone.get_token();
+  return impl_of(sess).states.loss_token(generation);
 }
 
-round_trip_meter& round_trips(session& sess) noexcept { return sess.impl().round_trips; }
+round_trip_meter& round_trips(session& sess) noexcept { return impl_of(sess).round_trips; }
 
 bool look_ahead(session& sess) noexcept {
-  session_impl& s = sess.impl();
+  session_impl& s = impl_of(sess);
   const auto limit = s.opts.look_ahead_round_trip;
   if (limit == std::chrono::microseconds::zero()) return true;
   if (limit == std::chrono::microseconds::max()) return false;
@@ -361,9 +368,7 @@ bool look_ahead(session& sess) noexcept {
 }
 
 bool session_alive_for(const session& sess, const held_node& n) noexcept {
-  session_impl& s = sess.impl();
-  std::lock_guard lk{s.mu};
-  return !s.closed && s.gen == n.generation && s.st != session_state::expired;
+  return impl_of(sess).states.view().live(n.generation);
 }
 
 }  // namespace detail

@@ -3,14 +3,27 @@
 //
 // An implementation partition: imported only by modules/session/*.cpp, never by the primary
 // interface, and built from a private file set, so it is neither installed nor visible to
-// importers of zklock (nor is the C client it names). Which unit defines what:
-//   session.cpp         class session, its state machine (post), listeners, shutdown
+// importers of zklock (nor is the C client it names). A session is made of parts, each of which
+// owns its fields and its lock:
+//   state_machine       state, generation, session id, timeout, closed, the listeners' event queue,
+//                       the loss signal, the reopen flags, the waiters of the next change, and the
+//                       session worker's inbox (what it does next: next_work)
+//   background_deletes  deletes queued for the worker, background requests in flight, settling releases
+//   listener_list       the state listeners, called by one thread at a time
+//   watch_registry      the watch groups: one C-client watcher and one server watch per (path, kind)
+//   client_handle       the C client's handle of the current generation
+//   session_reaper      the thread that closes given-up sessions on the server
+// session_impl holds them and does what takes several (open and close the handle, the worker).
+// Lock order: listener_list's lock first (held while listeners run, and they may call anything);
+// then client_handle's (reopen_mu before mu); then one of the others, never two of them together.
+// Which unit defines what:
+//   session.cpp         class session, the state machine, the listeners, shutdown
 //   handle.cpp          opening and closing the C client's handle, its session watcher
 //   session_thread.cpp  the session worker (events, loss clock, re-establishment, retries), the reaper
 //   background.cpp      deletes sent without waiting (background release, retries), release_node
-//   watches.cpp         the watch-group registry, list/watch/drop, own-node watches
+//   watches.cpp         the watch registry, list/watch/drop, own-node watches
 //   contenders.cpp      contender creation (pipelined, protected), ACLs, containers
-//   nodes.cpp           semaphore node, read_node, create_ephemeral
+//   nodes.cpp           semaphore node, read_node, create_ephemeral (zklock:nodes)
 //   client_log.cpp      the C client's log routing
 //   runner.cpp          the runner of asynchronous acquires (zklock:step), started on first use
 module;
@@ -28,11 +41,15 @@ module;
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 #include <zookeeper/zookeeper.h>
 module zklock:session_impl;
+import zklock.detail;
 import :errors;
 import :session;
 import :operations;
@@ -42,7 +59,9 @@ namespace zklock::detail {
 
 struct session_impl;
 
-/// The context of a handle's session watcher: which session, which generation of it.
+/// The context of a handle's watchers: which session, which generation of it. The session watcher
+/// gets it as its context; node watchers find it with zoo_get_context (their own context is a
+/// watch group's id).
 struct handle_ctx {
   session_impl* impl;
   std::uint64_t generation;
@@ -55,11 +74,50 @@ struct pending_delete {
   std::uint64_t generation;
 };
 
-/// Returns: whether `rc` leaves a request's outcome unknown (it may or may not have been served).
-inline bool unknown_outcome(int rc) noexcept { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+/// The waiters a session wakes once: of its next change of state, of a settling release, of a watch.
+using waiters = waiter_list<wake_target>;
 
-/// Throws: std::system_error with the C client's code `rc` (the zklock category mirrors it).
-[[noreturn]] inline void fail(int rc, const std::string& what) { throw_error(static_cast<errc>(rc), what); }
+// ---- return codes and messages -------------------------------------------------------------------
+
+static_assert(meaning_of(ZCONNECTIONLOSS) == rc_meaning::unknown_outcome &&
+              meaning_of(ZOPERATIONTIMEOUT) == rc_meaning::unknown_outcome &&
+              meaning_of(ZSESSIONEXPIRED) == rc_meaning::session_expired &&
+              meaning_of(ZINVALIDSTATE) == rc_meaning::session_expired &&
+              meaning_of(ZCLOSING) == rc_meaning::session_closed && meaning_of(ZOK) == rc_meaning::answered);
+
+/// Names a call in messages: `call` and then `path`, e.g. {"zklock: listing ", "/locks/x"}. Two
+/// views, cheap to pass: the text is made only when something is thrown.
+struct call_name {
+  std::string_view call;
+  std::string_view path{};
+  /// Returns: the name, e.g. "zklock: listing /locks/x".
+  std::string text() const {
+    std::string t{call};
+    t += path;
+    return t;
+  }
+};
+
+/// Returns: whether `rc` leaves a request's outcome unknown (it may or may not have been served).
+inline bool unknown_outcome(int rc) noexcept { return meaning_of(rc) == rc_meaning::unknown_outcome; }
+
+/// Throws: std::system_error with the C client's code `rc` (the zklock category mirrors it), naming `what`.
+[[noreturn]] inline void fail(int rc, const call_name& what) { throw_error(static_cast<errc>(rc), what.text()); }
+
+/// The one mapping of a C-client return code, for the call `what` that got it.
+/// Returns: true if the server answered (`rc` is its answer: ZOK, or a refusal for the caller to
+/// judge, else fail()); false if the outcome is unknown (ZCONNECTIONLOSS, ZOPERATIONTIMEOUT: wait
+/// for the connection and send again, or find out what happened).
+/// Throws: errc::session_expired (ZSESSIONEXPIRED, ZINVALIDSTATE), errc::session_closed (ZCLOSING).
+inline bool answered(int rc, const call_name& what) {
+  switch (meaning_of(rc)) {
+    case rc_meaning::answered: return true;
+    case rc_meaning::unknown_outcome: return false;
+    case rc_meaning::session_expired: throw_error(errc::session_expired, what.text());
+    case rc_meaning::session_closed: throw_error(errc::session_closed, what.text());
+  }
+  return true;
+}
 
 /// Effects: passes one line to the log handler, if any (client_log.cpp). The C client's log callback.
 void zk_log_line(const char* message);
@@ -68,54 +126,341 @@ void zk_log_line(const char* message);
 /// (client_log.cpp): called before each handle is opened.
 void refresh_client_log_level() noexcept;
 
-/// Effects: wakes and forgets every watch group of `owner`, whose handle is closing or closed
-/// (watches.cpp).
-void wake_all_groups(const session_impl* owner) noexcept;
+// ---- the state machine (session.cpp; its handle side: handle.cpp; its worker side: session_thread.cpp)
 
+/// A snapshot of a session's state machine (state_machine::view).
+struct state_view {
+  session_state state = session_state::connecting;
+  std::uint64_t generation = 0;
+  std::int64_t id = 0;  ///< the server's session id (0 while a new handle connects)
+  std::chrono::milliseconds negotiated{0};
+  bool closed = false;
+
+  /// Returns: whether generation `g` is the live one: not closed, not replaced, not expired.
+  bool live(std::uint64_t g) const noexcept {
+    return !closed && generation == g && state != session_state::expired;
+  }
+  /// The one live-session check. Throws: errc::session_closed after close(); errc::session_expired
+  /// if generation `g` is over (expired, or replaced by a later one); both naming `what`.
+  void check_live(std::uint64_t g, const call_name& what) const {
+    if (closed) throw_error(errc::session_closed, what.text());
+    if (generation != g || state == session_state::expired) throw_error(errc::session_expired, what.text());
+  }
+};
+
+/// Where a session is (its state, generation, id, timeout, closed), and what follows from it: the
+/// event queue the worker delivers to the listeners, the loss signal of the generation, the loss
+/// clock of a suspension, re-establishment after expiry, the waiters of the next change; and the
+/// session worker's inbox (next_work). Thread-safe: one lock, its own.
+class state_machine {
+ public:
+  /// Effects: a machine in `connecting`, generation 0, for a session opened with `o` (kept by reference).
+  explicit state_machine(const session_options& o) noexcept : opts_(o) {}
+
+  // -- reading it (any thread) --
+
+  /// Returns: a snapshot.
+  state_view view() const noexcept;
+  /// Effects: state_view::check_live on the current state. Throws: as it.
+  void check_live(std::uint64_t g, const call_name& what) const;
+  /// Returns: the current generation, if live. Throws: as check_live.
+  std::uint64_t live_generation(const call_name& what) const;
+  /// Effects: waits until connected, or until generation `g` is over. Returns: false if `deadline`
+  /// passed first. Throws: as check_live(g, what).
+  bool wait_connected(clock::time_point deadline, std::uint64_t g, const call_name& what);
+  /// Effects: waits until the state is `s` or `timeout` passes. Returns: whether it is `s`.
+  bool wait_for(session_state s, std::chrono::milliseconds timeout) const;
+  /// Returns: true once a generation later than `g` is connected; false if none is yet (then `w`,
+  /// if given, is woken at the next change of state, of re-establishment, or at close).
+  /// Throws: errc::session_closed after close(); errc::session_expired if no next session will
+  /// come (reestablish_after_expiry is off, or re-establishing was refused for good).
+  bool next_session_ready(std::uint64_t g, const std::shared_ptr<wake_target>& w);
+  /// Returns: the token of generation `g`'s loss; already fired if that generation is over.
+  std::stop_token loss_token(std::uint64_t g) const;
+
+  // -- the handle's side (handle.cpp) --
+
+  /// Effects: the C client reported `state` (a ZOO_*_STATE) for the handle of generation `g`, `zh`:
+  /// moves to the state it means, unless that generation is over or the session closed.
+  void on_client_state(std::uint64_t g, int state, zhandle_t* zh);
+  /// Returns: whether a new handle is wanted: the session expired (or was closed: opening then fails).
+  bool reopen_wanted() const noexcept;
+  /// Effects: starts the next generation, `connecting`, with a fresh loss signal.
+  /// Returns: the loss signal of the generation it replaces, and the new generation.
+  /// Throws: errc::session_closed after close().
+  std::pair<std::stop_source, std::uint64_t> begin_generation();
+  /// How waiting for a new handle's session ended (wait_opened).
+  enum class opened { ready, auth_failed, timed_out };
+  /// Effects: waits until the new handle is connected, its credentials are refused, the session is
+  /// closed (ready: the next call fails) or `deadline` passes.
+  opened wait_opened(clock::time_point deadline);
+  /// Effects: the new handle failed: `closed` if it was the first (the constructor throws), else `expired`.
+  void open_failed(bool first);
+
+  // -- the session worker's side (session_thread.cpp) --
+
+  /// What the worker does next (next_work).
+  struct work {
+    enum class kind { stop, deliver, request_stops, give_up, reopen, send_deletes };
+    kind what = kind::stop;
+    session_state state = session_state::connecting;  ///< deliver: the change for the listeners
+    std::stop_source lost{std::nostopstate};  ///< deliver (an expiry), give_up: request it first
+    std::vector<std::stop_source> stops{};    ///< request_stops: to request
+    std::uint64_t generation = 0;             ///< send_deletes: the connected generation
+  };
+  /// Effects: waits until the worker has something to do, in this order: deliver each queued change
+  /// (an expiry also fires the loss signal and makes a re-establishment due), request the stops
+  /// handed over, re-establish, send the queued deletes once connected; and, while suspended, give
+  /// the session up when the loss tolerance has passed (it moves to `expired` then).
+  /// Returns: the work; kind::stop once close() began.
+  work next_work();
+  /// Effects: re-establishing failed: refused for good (auth, chroot; reestablish() may try again)
+  /// or to be tried again. Wakes the waiters of the next session.
+  void reopen_failed(bool for_good);
+  /// Effects: re-establishing was interrupted (allocation failure): try again.
+  void reopen_again() noexcept;
+  /// Effects: hands `stop` to the worker to request. Returns: false after close() (then nothing is done).
+  bool queue_stop(const std::stop_source& stop) noexcept;
+  /// Effects: tells the worker that deletes are queued for it (background_deletes::queue).
+  void deletes_queued() noexcept;
+
+  // -- closing (session.cpp) --
+
+  /// Effects: marks the session closed and tells the worker to stop. Returns: false if it was already.
+  bool close() noexcept;
+  /// Returns: the loss signal of the current generation.
+  std::stop_source loss() const noexcept;
+  /// Effects: wakes and forgets the waiters of the next session (next_session_ready).
+  void wake_next_session_waiters() noexcept;
+  /// Returns: the changes not delivered to the listeners yet, which it forgets.
+  std::deque<session_state> take_events() noexcept;
+  /// Effects: moves to `closed` (the last change: close() has told the listeners).
+  void finish_close() noexcept;
+
+ private:
+  /// Returns: a snapshot (mu_ held).
+  state_view view_locked() const noexcept;
+  /// Effects: moves to state `s` and queues it for the listeners (mu_ held).
+  void post(session_state s);
+  /// Returns: how long a suspension may last before the holds count as lost (mu_ held).
+  clock::duration loss_tolerance() const;
+
+  /// Where next_work goes on: one pass is wait, then events, stops, reopen, deletes.
+  enum class stage { wait, events, stops, reopen, deletes };
+
+  const session_options& opts_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  session_state st_ = session_state::connecting;
+  std::uint64_t gen_ = 0;
+  std::int64_t sid_ = 0;
+  std::chrono::milliseconds negotiated_{0};
+  bool closed_ = false;
+  bool connected_once_ = false;  // on this handle
+  bool auth_failed_ = false;     // on this handle
+  std::deque<session_state> events_;  // changes not yet delivered to the listeners
+  std::stop_source loss_;             // of the current generation: fired when its holds are lost
+  clock::time_point suspended_at_{};  // when the current suspension began
+  bool reopen_due_ = false;           // expired: open a new handle (after a failed attempt: again)
+  bool reopen_refused_ = false;       // the last re-establishment was refused for good (auth, chroot)
+  waiters next_waiters_;              // of next_session_ready: woken at every change of state
+  // the worker's inbox
+  bool stop_worker_ = false;
+  std::vector<std::stop_source> stops_;  // to request on the worker (from watch callbacks)
+  bool deletes_due_ = false;             // background_deletes has deletes queued for the worker
+  stage stage_ = stage::wait;
+};
+
+// ---- background deletes (background.cpp) -----------------------------------------------------------
+
+/// The deletes of our own nodes that the caller does not wait for: those queued for the worker
+/// (sent once connected), the background requests in flight, and the releases whose reply this
+/// session's next acquire of the same lock waits for (settling; see release_settled).
+/// Thread-safe: one lock, its own.
+class background_deletes {
+ public:
+  /// Effects: queues `p` for the worker (the caller tells it: state_machine::deletes_queued).
+  void queue(pending_delete p);
+  /// Returns: the queued deletes, which it forgets.
+  std::vector<pending_delete> take() noexcept;
+
+  /// Effects: counts a background request about to be sent; a non-empty `settle` (a lock path)
+  /// makes this session's next acquire there wait for its reply (until end_settle).
+  void begin(const std::string& settle);
+  /// Effects: counts a background request done: its completion ran, or it could not be sent.
+  /// Wakes await_idle for the last one (nobody else waits for them: a wake-up per release would
+  /// cost a context switch for nothing).
+  void end() noexcept;
+  /// Effects: waits until no background request is in flight, for up to `timeout`.
+  void await_idle(clock::duration timeout) noexcept;
+
+  /// Effects: forgets one settling delete under `lock_path` and wakes the acquires waiting for one.
+  void end_settle(const std::string& lock_path) noexcept;
+  /// Returns: true unless a delete under `lock_path` is settling; then false, and `w` (if given) is
+  /// woken when one settles.
+  bool settled(const std::string& lock_path, const std::shared_ptr<wake_target>& w);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::vector<pending_delete> pending_;
+  std::size_t inflight_ = 0;  // background requests sent whose completion has not run yet
+  bool idle_awaited_ = false;
+  // Lock paths of background deletes in flight that this session's next acquire there waits for
+  // (one entry per delete), and the acquires waiting for one to settle.
+  std::vector<std::string> settling_;
+  waiters settle_waiters_;
+  std::atomic<std::size_t> settling_count_{0};  // settling_.size(), read without mu_
+};
+
+// ---- the listeners (session.cpp) -------------------------------------------------------------------
+
+/// The state listeners of a session. Thread-safe: one lock, its own, held while listeners run (by
+/// one thread at a time, which may add or remove listeners without taking it again).
+class listener_list {
+ public:
+  /// Effects: adds `l`. Returns: its id.
+  std::uint64_t add(state_listener l);
+  /// Effects: removes listener `id` (unknown ids are ignored); waits while listeners run elsewhere.
+  void remove(std::uint64_t id) noexcept;
+  /// Returns: whether the caller is running a listener right now (and so holds the lock).
+  bool in_listener() const noexcept { return dispatcher_.load() == std::this_thread::get_id(); }
+  /// Effects: calls every listener with `s`, in the order they were added; a listener removed by
+  /// an earlier one is not called, nor is any once `states` is closed (unless `s` is closed, or
+  /// `before_close`: a change that happened before close() and is delivered by it).
+  /// Exceptions of listeners are swallowed.
+  void notify(session_state s, const state_machine& states, bool before_close = false) noexcept;
+
+ private:
+  std::mutex mu_;
+  std::map<std::uint64_t, state_listener> listeners_;
+  std::uint64_t next_ = 1;
+  // The thread that holds mu_ to run listeners (none: default id).
+  std::atomic<std::thread::id> dispatcher_{};
+};
+
+// ---- the watch registry (watches.cpp) --------------------------------------------------------------
+
+/// The watches of one session. Its waiters on one (path, kind) form a group that shares one
+/// C-client watcher and one server watch; the watcher's context is the group's id, never a pointer
+/// (the C client may call a watcher again on every session event, long after its waiters gave up).
+/// A group wakes its live waiters when its watch fires, when the session expires and when the
+/// handle is closed. Thread-safe: one lock, its own, held only for bookkeeping and to queue (not
+/// wait for) a request, so that the C client's event thread never waits long on it.
+class watch_registry {
+ public:
+  /// Effects: adds `t` to the armed group of (path, children), or to a new one.
+  /// Returns: the group's id, the context to arm the watch with.
+  std::uint64_t join(const std::string& path, bool children, const std::shared_ptr<wake_target>& t);
+  /// Effects: removes `t` from the group of (path, children); if it was the last, forgets the group
+  /// and calls `remove()` (to remove the watch) before any later join can be sent. Never throws.
+  template <class Remove>
+  void drop(const std::string& path, bool children, const wake_target* t, Remove remove) noexcept {
+    std::lock_guard lk{mu_};
+    const auto open = open_.find(key{path, children});
+    if (open == open_.end()) return;  // fired already
+    const auto g = groups_.find(open->second);
+    if (!g->second.waiting.remove(t)) return;
+    open_.erase(open);  // first: its key views the group's path
+    groups_.erase(g);
+    remove();
+  }
+  /// Effects: removes `t` from the data group of `path`, without asking the server (the watch was
+  /// not armed). Never throws.
+  void leave(const std::string& path, const wake_target* t) noexcept {
+    drop(path, false, t, [] {});
+  }
+  /// Effects: forgets group `id` (its watch fired). Returns: its waiters, to wake.
+  waiters take(std::uint64_t id) noexcept;
+  /// Effects: wakes and forgets every group (the handle is closing or closed, the session closing).
+  void wake_all() noexcept;
+
+ private:
+  struct group {
+    std::string path;
+    bool children;
+    waiters waiting;
+  };
+  using key = std::pair<std::string_view, bool>;  // (path, children); the path views a group's own
+
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, group> groups_;  // by id = the watcher's context
+  std::map<key, std::uint64_t> open_;               // armed groups by (path, kind)
+  std::uint64_t next_ = 1;
+};
+
+// ---- the handle, the reaper, the ACL cache ---------------------------------------------------------
+
+/// The C client's handle of the current generation: open_handle replaces it, close_handle closes it.
+struct client_handle {
+  std::mutex reopen_mu;             ///< one open or close at a time (taken before mu)
+  std::shared_mutex mu;             ///< shared: a call on zh; exclusive: replace or close zh
+  zhandle_t* zh = nullptr;          ///< guarded by mu
+  std::unique_ptr<handle_ctx> ctx;  ///< the context of zh's watchers (guarded by mu)
+};
+
+/// Sessions given up locally (a suspension longer than the loss tolerance) whose handle was closed
+/// while no server could hear it: the server keeps them, and their ephemeral nodes, until it
+/// expires them itself, which after a quorum outage can be a whole timeout after recovery. The
+/// reaper attaches to each with its id and password as soon as a server answers and closes it
+/// (session_thread.cpp). Thread-safe: one lock, its own; its thread starts at the first add().
+class session_reaper {
+ public:
+  /// Effects: queues `id` to close on the server, through `s`.
+  void add(session_impl& s, const clientid_t& id);
+  /// Effects: tells the thread to end (it ends after the session it closes now, if any).
+  void request_stop() noexcept;
+  /// Effects: joins the thread, unless there is none or the caller is it.
+  void join() noexcept;
+
+ private:
+  void run(session_impl& s);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<clientid_t> stale_;
+  bool stop_ = false;
+  std::thread thread_;  // written by add (the worker), joined after the worker
+};
+
+/// Lock paths whose ACL lets this session delete its contender nodes (checked once per path:
+/// contenders.cpp). Thread-safe: one lock, its own.
+class path_set {
+ public:
+  /// Returns: whether `p` is in the set.
+  bool contains(const std::string& p) const {
+    std::lock_guard lk{mu_};
+    return set_.contains(p);
+  }
+  /// Effects: adds `p`.
+  void insert(std::string p) {
+    std::lock_guard lk{mu_};
+    set_.insert(std::move(p));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<std::string> set_;
+};
+
+// ---- the session -----------------------------------------------------------------------------------
+
+/// A session: its options and parts, and what takes several parts (opening and closing the handle,
+/// the worker's loop, close()).
 struct session_impl {
-  explicit session_impl(session_options o) : opts(std::move(o)) {}
+  /// Effects: a session of `o`, not connected yet (open_handle connects it).
+  explicit session_impl(session_options o) : opts(std::move(o)), states(opts) {}
 
-  session_options opts;
+  const session_options opts;
   std::string chroot;
   round_trip_meter round_trips;  // its reads' latencies (look_ahead)
 
-  mutable std::mutex mu;  // guards everything below but zh
-  mutable std::condition_variable cv;
-  session_state st = session_state::connecting;
-  bool connected_once = false;  // on this handle
-  bool auth_failed = false;
-  bool closed = false;
-  bool stop_worker = false;
-  std::uint64_t gen = 0;
-  std::int64_t sid = 0;
-  std::chrono::milliseconds negotiated{0};
-  std::deque<session_state> events;
-  std::vector<pending_delete> pending;
-  std::size_t inflight = 0;  // background requests sent whose completion has not run yet
-  // Lock paths of background deletes in flight that this session's next acquire there waits for
-  // (settle_before_requeue; one entry per delete), and the acquires waiting for one to settle.
-  std::vector<std::string> settling;
-  std::vector<std::weak_ptr<wake_target>> settle_waiters;
-  std::atomic<std::size_t> settling_count{0};  // settling.size(), read without mu
-  std::unordered_set<std::string> deletable;  // lock paths whose ACL lets us delete our nodes
-  std::vector<std::stop_source> stops;  // to request on the worker (from watch callbacks)
-  std::stop_source loss;          // of the current generation: fired when its holds are lost
-  clock::time_point suspended_at{};  // when the current suspension began
-  bool reopen_due = false;        // expired: open a new handle (after a failed attempt: again)
-  bool reopen_refused = false;    // the last re-establishment was refused for good (auth, chroot)
-
-  std::mutex reopen_mu;             // one open/close at a time
-  std::shared_mutex handle_mu;      // shared: a call on zh; exclusive: replace or close zh
-  zhandle_t* zh = nullptr;
-  std::unique_ptr<handle_ctx> ctx;
-
-  std::mutex listener_mu;           // held while listeners run
-  std::map<std::uint64_t, state_listener> listeners;
-  std::uint64_t next_listener = 1;
-  // The thread that holds listener_mu to run listeners (none: default id). A listener may add or
-  // remove listeners, or close the session, on that thread without taking listener_mu again.
-  std::atomic<std::thread::id> dispatcher{};
-
+  state_machine states;
+  background_deletes deletes;
+  listener_list listeners;
+  watch_registry watches;
+  client_handle handle;
+  session_reaper reaper;
+  path_set deletable;  // lock paths whose ACL lets us delete our nodes
   std::thread worker;
 
   // The asynchronous acquires' runner (runner.cpp): made by the first one, drained by close(),
@@ -123,46 +468,9 @@ struct session_impl {
   std::mutex runner_mu;
   std::shared_ptr<async_runner> runner;
 
-  // Waits of asynchronous acquires for the session's next generation (guarded by mu): woken, and
-  // forgotten, at the next change of state (post), of re-establishment or at close.
-  std::vector<std::weak_ptr<wake_target>> state_waiters;
-
-  /// Effects: wakes and forgets the state waiters (mu held). Never throws.
-  void wake_state_waiters() noexcept {
-    for (auto& w : state_waiters)
-      if (auto t = w.lock()) t->wake();
-    state_waiters.clear();
-  }
-
-  // Sessions given up locally (a suspension longer than the loss tolerance) whose handle was
-  // closed while no server could hear it: the server keeps them, and their ephemeral nodes, until
-  // it expires them itself, which after a quorum outage can be a whole timeout after recovery.
-  // The reaper attaches to each with its id and password as soon as a server answers and closes it.
-  std::vector<clientid_t> stale;
-  std::thread reaper;
-
+  /// Effects: drains and stops the runner, joins the worker (close() from a listener could not)
+  /// and the reaper.
   ~session_impl();
-
-  // -- state and listeners (session.cpp) -------------------------------------------------------
-
-  /// Returns: whether the caller is running a listener right now (and so holds listener_mu).
-  bool in_listener() const noexcept { return dispatcher.load() == std::this_thread::get_id(); }
-
-  /// Effects: calls every listener with `s`, in the order they were added; a listener removed by
-  /// an earlier one is not called, nor is any once the session is closed (unless `s` is closed, or
-  /// `before_close`: a change that happened before close() and is delivered by it).
-  /// Exceptions of listeners are swallowed.
-  void notify_listeners(session_state s, bool before_close = false) noexcept;
-
-  /// Effects: moves to state `s` and queues it for the listeners (mu held).
-  void post(session_state s);
-
-  /// Effects: waits until connected. Returns: false if `deadline` passed.
-  /// Throws: session_expired / session_closed.
-  bool wait_connected(clock::time_point deadline, std::uint64_t want_gen);
-
-  /// Returns: the current generation. Throws: session_closed.
-  std::uint64_t current_gen() const;
 
   /// Effects: close(): stops the threads, closes the handle, tells the listeners. Idempotent.
   void shutdown() noexcept;
@@ -172,7 +480,8 @@ struct session_impl {
   /// The handle's session watcher: turns the C client's session events into states.
   static void session_watcher(zhandle_t* zh, int type, int state, const char*, void* vctx);
 
-  /// Effects: closes the current handle, if any (handle_mu exclusive must NOT be held).
+  /// Effects: closes the current handle, if any (handle.mu must NOT be held), and wakes every
+  /// watch's waiters (a closed handle fires no watch).
   void close_handle();
 
   /// Effects: opens a new handle and waits until it is connected, authenticated and its chroot
@@ -181,14 +490,8 @@ struct session_impl {
 
   // -- the session thread (session_thread.cpp) -------------------------------------------------
 
-  /// Returns: how long a suspension may last before the holds of the session count as lost (mu held).
-  clock::duration loss_tolerance() const;
-
-  /// The worker's loop: listeners, the loss clock, re-establishment, pending deletes.
+  /// The worker's loop: does the state machine's next_work until it says stop.
   void run_worker();
-
-  /// The reaper's loop: closes given-up sessions on the server.
-  void run_reaper();
 
   /// Effects: attaches to session `id` and closes it, so that the server deletes its ephemeral
   /// nodes now. Returns: whether that session is over (closed now, or expired already); false if
@@ -211,41 +514,38 @@ struct session_impl {
   /// reply (see release_settled).
   bool delete_in_background(const pending_delete& p, std::string settle = {});
 
-  /// Effects: forgets one settling delete under `lock_path` and wakes the acquires waiting for one.
-  void end_settle(const std::string& lock_path) noexcept;
-
   /// Effects: hands `p` to the worker, which sends it once connected (unless its session is gone).
   void defer_delete(pending_delete p);
 
-  /// Effects: counts a background request about to be sent (see inflight).
-  void begin_background();
-
-  /// Effects: counts a background request done: its completion ran, or it could not be sent.
-  void end_background() noexcept;
-
   // -- calls -----------------------------------------------------------------------------------
 
-  /// Runs `op(zh)` until its outcome is known; Returns: its rc, or nullopt at the deadline.
+  /// Effects: runs `op(zh)` (a synchronous C-client call) on generation `g`'s handle until its
+  /// outcome is known, waiting for the connection between tries.
+  /// Returns: its rc (answered: ZOK or the server's refusal), or nullopt at the deadline.
+  /// Throws: errc::session_closed / errc::session_expired (check_live, answered), naming `what`.
   template <class Op>
-  std::optional<int> call(clock::time_point deadline, std::uint64_t g, Op&& op) {
+  std::optional<int> call(clock::time_point deadline, std::uint64_t g, const call_name& what, Op&& op) {
     for (;;) {
       int rc;
       {
-        std::shared_lock hl{handle_mu};
-        {
-          std::lock_guard lk{mu};
-          if (closed) throw_error(errc::session_closed, "zklock");
-          if (gen != g || st == session_state::expired) throw_error(errc::session_expired, "zklock");
-        }
-        rc = op(zh);
+        std::shared_lock hl{handle.mu};
+        states.check_live(g, what);
+        rc = op(handle.zh);
       }
-      if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) throw_error(errc::session_expired, "zklock");
-      if (rc == ZCLOSING) throw_error(errc::session_closed, "zklock");
-      if (!unknown_outcome(rc)) return rc;
-      if (!wait_connected(deadline, g)) return std::nullopt;
+      if (answered(rc, what)) return rc;
+      if (!states.wait_connected(deadline, g, what)) return std::nullopt;
     }
   }
 };
+
+/// zklock's own access to a session's implementation (declared in zklock:session, a friend there).
+struct session_access {
+  /// Returns: the implementation of `s`.
+  static session_impl& impl(const session& s) noexcept { return *s.impl_; }
+};
+
+/// Returns: the implementation of `s`.
+inline session_impl& impl_of(const session& s) noexcept { return session_access::impl(s); }
 
 // -- contender nodes' ACL and parents (contenders.cpp), also for the semaphore node ------------
 
@@ -255,6 +555,7 @@ ACL_vector* contender_acl(session_impl& s);
 
 /// Effects: creates every missing ancestor of `path` and `path` itself as container nodes.
 /// Returns: ZOK, the first refusal's code, or nullopt at the deadline.
+/// Throws: errc::session_closed / errc::session_expired (session_impl::call).
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
                                      clock::time_point deadline, std::size_t* sent = nullptr);
 

@@ -3,8 +3,9 @@
 // changes to the listeners, keeps the loss clock (gives a session up after a suspension longer than
 // the loss tolerance), re-establishes an expired session, requests the stop sources handed to it
 // and sends the pending deletes. The reaper (started on the first give-up) closes given-up sessions
-// on the server once one answers. run_on_session_thread runs on the caller's (or a completion)
-// thread and hands work to the worker.
+// on the server once one answers. What the worker does next is the state machine's decision
+// (next_work); run_on_session_thread runs on the caller's (or a completion) thread and hands work
+// to the worker.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
@@ -20,8 +21,10 @@ module;
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -31,11 +34,11 @@ import :session_impl;
 
 namespace zklock::detail {
 
-// ---- the worker ------------------------------------------------------------------------------------
+// ---- the state machine's side of the worker --------------------------------------------------------
 
-clock::duration session_impl::loss_tolerance() const {
-  if (opts.loss_tolerance > std::chrono::milliseconds::zero()) return opts.loss_tolerance;
-  const auto t = negotiated > std::chrono::milliseconds::zero() ? negotiated : opts.session_timeout;
+clock::duration state_machine::loss_tolerance() const {
+  if (opts_.loss_tolerance > std::chrono::milliseconds::zero()) return opts_.loss_tolerance;
+  const auto t = negotiated_ > std::chrono::milliseconds::zero() ? negotiated_ : opts_.session_timeout;
   // The client notices silence 2/3 of t after it last heard from the server; the server may
   // expire the session t after it last heard from us, which is a little earlier (and we hear of
   // the silence a little late). Give up before that, with a margin of t/12, so that a waiter is
@@ -43,142 +46,210 @@ clock::duration session_impl::loss_tolerance() const {
   return t / 4;
 }
 
-void session_impl::run_worker() {
-  std::unique_lock lk{mu};
+state_machine::work state_machine::next_work() {
+  using kind = work::kind;
+  std::unique_lock lk{mu_};
   for (;;) {
-    auto wake_now = [&] {
-      return stop_worker || !events.empty() || reopen_due || !stops.empty() ||
-             (!pending.empty() && st == session_state::connected);
-    };
-    if (st == session_state::suspended && !loss.stop_requested()) {
-      // The client does not report expiry while it cannot reach a server: keep our own clock.
-      const auto deadline = suspended_at + loss_tolerance();
-      cv.wait_until(lk, deadline, wake_now);
-      if (!stop_worker && st == session_state::suspended && clock::now() >= deadline) {
-        // The server may have expired us by now. Give the session up: its holds are lost, and a
-        // closed handle cannot bring a stale node back when the network returns.
-        auto lost = loss;
-        post(session_state::expired);
-        lk.unlock();
-        lost.request_stop();
-        std::optional<clientid_t> given_up;
-        {
-          std::shared_lock hl{handle_mu};
-          if (zh)
-            if (const clientid_t* id = zoo_client_id(zh); id && id->client_id) given_up = *id;
+    if (stop_worker_) return {};
+    switch (stage_) {
+      case stage::wait: {
+        auto wake_now = [&] {
+          return stop_worker_ || !events_.empty() || reopen_due_ || !stops_.empty() ||
+                 (deletes_due_ && st_ == session_state::connected);
+        };
+        if (st_ == session_state::suspended && !loss_.stop_requested()) {
+          // The client does not report expiry while it cannot reach a server: keep our own clock.
+          const auto deadline = suspended_at_ + loss_tolerance();
+          cv_.wait_until(lk, deadline, wake_now);
+          if (!stop_worker_ && st_ == session_state::suspended && clock::now() >= deadline) {
+            // The server may have expired us by now. Give the session up: its holds are lost, and
+            // a closed handle cannot bring a stale node back when the network returns.
+            work w{kind::give_up};
+            w.lost = loss_;
+            post(session_state::expired);
+            reopen_due_ = opts_.reestablish_after_expiry;
+            return w;  // then wait again (the expiry is queued: at once)
+          }
+        } else if (deletes_due_ && st_ == session_state::connected) {
+          // Deletes that could not be sent: again in a while.
+          cv_.wait_for(lk, std::chrono::milliseconds{200},
+                       [&] { return stop_worker_ || !events_.empty() || !stops_.empty(); });
+        } else {
+          cv_.wait(lk, wake_now);
         }
-        close_handle();
-        lk.lock();
-        if (given_up) {
-          stale.push_back(*given_up);
-          if (!reaper.joinable()) reaper = std::thread([this] { run_reaper(); });
-          cv.notify_all();
-        }
-        reopen_due = opts.reestablish_after_expiry;
+        stage_ = stage::events;
         continue;
       }
-    } else if (!pending.empty() && st == session_state::connected) {
-      cv.wait_for(lk, std::chrono::milliseconds{200}, [&] { return stop_worker || !events.empty() || !stops.empty(); });
-    } else {
-      cv.wait(lk, wake_now);
+      case stage::events:
+        if (!events_.empty()) {
+          work w{kind::deliver};
+          w.state = events_.front();
+          events_.pop_front();
+          if (w.state == session_state::expired) {
+            w.lost = loss_;  // requested on the worker, never on ZooKeeper's thread
+            reopen_due_ = reopen_due_ || opts_.reestablish_after_expiry;
+          }
+          return w;
+        }
+        stage_ = stage::stops;
+        continue;
+      case stage::stops:
+        stage_ = stage::reopen;
+        if (!stops_.empty()) {
+          work w{kind::request_stops};
+          w.stops.swap(stops_);
+          return w;
+        }
+        continue;
+      case stage::reopen:
+        stage_ = stage::deletes;
+        if (reopen_due_ && !closed_) {
+          reopen_due_ = false;
+          return work{kind::reopen};
+        }
+        continue;
+      case stage::deletes:
+        stage_ = stage::wait;
+        if (deletes_due_ && st_ == session_state::connected) {
+          deletes_due_ = false;
+          work w{kind::send_deletes};
+          w.generation = gen_;
+          return w;
+        }
+        continue;
     }
-    if (stop_worker) return;
-    while (!events.empty()) {
-      const session_state s = events.front();
-      events.pop_front();
-      if (s == session_state::expired) {
-        auto lost = loss;
-        lk.unlock();
-        lost.request_stop();  // on this thread, never ZooKeeper's
-        lk.lock();
-        reopen_due = reopen_due || opts.reestablish_after_expiry;
+  }
+}
+
+void state_machine::reopen_failed(bool for_good) {
+  std::lock_guard lk{mu_};
+  reopen_refused_ = for_good;
+  reopen_due_ = opts_.reestablish_after_expiry && !closed_ && !for_good;
+  cv_.notify_all();
+  next_waiters_.wake_all();
+}
+
+void state_machine::reopen_again() noexcept {
+  std::lock_guard lk{mu_};
+  reopen_due_ = opts_.reestablish_after_expiry && !closed_;
+}
+
+bool state_machine::queue_stop(const std::stop_source& stop) noexcept {
+  std::lock_guard lk{mu_};
+  if (closed_) return false;
+  try {
+    stops_.push_back(stop);
+  } catch (...) {  // allocation failure: the stop is lost
+    return true;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void state_machine::deletes_queued() noexcept {
+  std::lock_guard lk{mu_};
+  deletes_due_ = true;
+  cv_.notify_all();
+}
+
+// ---- the worker ------------------------------------------------------------------------------------
+
+void session_impl::run_worker() {
+  using kind = state_machine::work::kind;
+  for (;;) {
+    state_machine::work w = states.next_work();
+    switch (w.what) {
+      case kind::stop:
+        return;
+      case kind::deliver:
+        w.lost.request_stop();  // an expiry: its holds are lost
+        listeners.notify(w.state, states);
+        break;
+      case kind::request_stops:
+        for (auto& stop : w.stops) stop.request_stop();  // users' stop callbacks run here
+        break;
+      case kind::give_up: {
+        w.lost.request_stop();
+        std::optional<clientid_t> given_up;
+        {
+          std::shared_lock hl{handle.mu};
+          if (handle.zh)
+            if (const clientid_t* id = zoo_client_id(handle.zh); id && id->client_id) given_up = *id;
+        }
+        close_handle();
+        if (given_up) reaper.add(*this, *given_up);
+        break;
       }
-      lk.unlock();
-      notify_listeners(s);
-      lk.lock();
-      if (stop_worker) return;
-    }
-    if (!stops.empty()) {
-      auto todo = std::move(stops);
-      stops.clear();
-      lk.unlock();
-      for (auto& st0 : todo) st0.request_stop();  // users' stop callbacks run here
-      lk.lock();
-      if (stop_worker) return;
-    }
-    if (reopen_due && !closed) {
-      reopen_due = false;
-      lk.unlock();
-      try {
-        open_handle();
-      } catch (const std::system_error& e) {
-        // Still expired. Refused credentials or a missing chroot stay so: give up (reestablish()
-        // may try again); anything else (no server yet) is tried again, each attempt waiting
-        // connect_timeout.
-        const bool for_good = e.code() == make_error_code(errc::auth_failed) ||
-                              e.code() == make_error_code(errc::no_auth) ||
-                              e.code() == make_error_code(errc::chroot_missing);
-        std::lock_guard l2{mu};
-        reopen_refused = for_good;
-        reopen_due = opts.reestablish_after_expiry && !closed && !for_good;
-        cv.notify_all();
-        wake_state_waiters();
-      } catch (...) {  // allocation failure: try again
-        std::lock_guard l2{mu};
-        reopen_due = opts.reestablish_after_expiry && !closed;
+      case kind::reopen:
+        try {
+          open_handle();
+        } catch (const std::system_error& e) {
+          // Still expired. Refused credentials or a missing chroot stay so: give up (reestablish()
+          // may try again); anything else (no server yet) is tried again, each attempt waiting
+          // connect_timeout.
+          states.reopen_failed(e.code() == make_error_code(errc::auth_failed) ||
+                               e.code() == make_error_code(errc::no_auth) ||
+                               e.code() == make_error_code(errc::chroot_missing));
+        } catch (...) {  // allocation failure: try again
+          states.reopen_again();
+        }
+        break;
+      case kind::send_deletes: {
+        std::vector<pending_delete> again;
+        for (auto& p : deletes.take())
+          if (p.generation == w.generation && !send_pending(p)) again.push_back(std::move(p));
+        if (again.empty()) break;
+        for (auto& p : again) deletes.queue(std::move(p));
+        states.deletes_queued();
+        break;
       }
-      lk.lock();
-      if (stop_worker) return;
-    }
-    if (!pending.empty() && st == session_state::connected) {
-      auto work = std::move(pending);
-      pending.clear();
-      const auto g = gen;
-      lk.unlock();
-      std::vector<pending_delete> again;
-      for (auto& p : work)
-        if (p.generation == g && !send_pending(p)) again.push_back(std::move(p));
-      lk.lock();
-      for (auto& p : again) pending.push_back(std::move(p));
     }
   }
 }
 
 void run_on_session_thread(session& sess, std::stop_source stop) noexcept {
-  session_impl& s = sess.impl();
-  std::unique_lock lk{s.mu};
-  if (s.closed) {  // no worker any more: the session is closed, every hold is lost anyway
-    lk.unlock();
-    stop.request_stop();
-    return;
-  }
-  try {
-    s.stops.push_back(std::move(stop));
-  } catch (...) {
-    return;
-  }
-  s.cv.notify_all();
+  // Closed: no worker any more; every hold is lost anyway.
+  if (!impl_of(sess).states.queue_stop(stop)) stop.request_stop();
 }
 
 // ---- the reaper: close given-up sessions on the server ---------------------------------------------
 
-void session_impl::run_reaper() {
-  std::unique_lock lk{mu};
-  while (!stop_worker) {
-    if (stale.empty()) {
-      cv.wait(lk, [&] { return stop_worker || !stale.empty(); });
+void session_reaper::add(session_impl& s, const clientid_t& id) {
+  std::lock_guard lk{mu_};
+  stale_.push_back(id);
+  if (!thread_.joinable()) thread_ = std::thread([this, &s] { run(s); });
+  cv_.notify_all();
+}
+
+void session_reaper::request_stop() noexcept {
+  {
+    std::lock_guard lk{mu_};
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+void session_reaper::join() noexcept {
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void session_reaper::run(session_impl& s) {
+  std::unique_lock lk{mu_};
+  while (!stop_) {
+    if (stale_.empty()) {
+      cv_.wait(lk, [&] { return stop_ || !stale_.empty(); });
       continue;
     }
-    const auto todo = stale;
+    const auto todo = stale_;
     lk.unlock();
     std::vector<std::int64_t> done;
     for (const auto& id : todo)
-      if (close_on_server(id)) done.push_back(id.client_id);
+      if (s.close_on_server(id)) done.push_back(id.client_id);
     lk.lock();
-    std::erase_if(stale, [&](const clientid_t& id) {
+    std::erase_if(stale_, [&](const clientid_t& id) {
       return std::find(done.begin(), done.end(), id.client_id) != done.end();
     });
-    if (!stale.empty()) cv.wait_for(lk, std::chrono::milliseconds{250}, [&] { return stop_worker; });
+    if (!stale_.empty()) cv_.wait_for(lk, std::chrono::milliseconds{250}, [&] { return stop_; });
   }
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock::session on a real server: connect, chroot, digest auth, state listeners, expiry and
-// re-establishment, bad input, log routing and close.
+// re-establishment, on_live_session (work done again on the next session), bad input, log routing
+// and close.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,7 +15,9 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -346,6 +349,112 @@ TEST(SessionExpiry, WithoutAutomaticReestablishmentItStaysExpired) {
   EXPECT_EQ(zkt::children(path).size(), 1u);
   m.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// ---- on_live_session: the same work again on the next session ----------------------------------------------
+
+/// Throws: std::system_error(errc::session_expired), as a call does whose session ended under it.
+[[noreturn]] void session_ended(const char* what) {
+  throw std::system_error(zklock::make_error_code(zklock::errc::session_expired), what);
+}
+
+// The work runs again once the next session is connected, and its value is returned; the generation
+// it saw first is the one that ended.
+TEST(OnLiveSession, RunsTheWorkAgainOnTheNextSession) {
+  zklock::session s{zkt::options()};
+  std::vector<std::uint64_t> generations;
+  const auto got = zklock::on_live_session(s, {steady::now() + patience}, [&] {
+    generations.push_back(s.generation());
+    if (generations.size() == 1) {
+      if (!zkt::expire(s)) throw std::runtime_error("could not expire the session");
+      session_ended("the first look");
+    }
+    return s.generation();
+  });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, 2u);
+  EXPECT_EQ(generations, (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(s.state(), session_state::connected);
+}
+
+// Any other failure is the work's own: thrown at once, not run again; a value comes back as it is.
+TEST(OnLiveSession, OtherErrorsAndValuesPassThrough) {
+  zklock::session s{zkt::options()};
+  int calls = 0;
+  expect_error(
+      [&] {
+        (void)zklock::on_live_session(s, {}, [&]() -> int {
+          ++calls;
+          throw std::system_error(zklock::errc::no_node, "the work's own failure");
+        });
+      },
+      zklock::errc::no_node, "on_live_session(work that fails)");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(zklock::on_live_session(s, {}, [] { return std::string{"value"}; }), std::optional<std::string>{"value"});
+}
+
+// No next session before the deadline (this one never ended): the work's own session_expired.
+TEST(OnLiveSession, RethrowsTheExpiryWhenNoNextSessionComesInTime) {
+  zklock::session s{zkt::options()};
+  try {
+    (void)zklock::on_live_session(s, {steady::now() + 50ms}, []() -> int { session_ended("the work's expiry"); });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::session_expired)) << e.what();
+    EXPECT_NE(std::string_view{e.what()}.find("the work's expiry"), std::string_view::npos) << e.what();
+  }
+}
+
+// None will come: re-establishment is off, or the session was closed.
+TEST(OnLiveSession, FailsWhenNoNextSessionWillCome) {
+  auto o = zkt::options();
+  o.reestablish_after_expiry = false;
+  zklock::session s{o};
+  int calls = 0;
+  expect_error(
+      [&] {
+        (void)zklock::on_live_session(s, {steady::now() + patience}, [&]() -> int {
+          ++calls;
+          if (!zkt::expire(s)) throw std::runtime_error("could not expire the session");
+          session_ended("the work");
+        });
+      },
+      zklock::errc::session_expired, "on_live_session without re-establishment");
+  EXPECT_EQ(calls, 1);
+
+  zklock::session t{zkt::options()};
+  expect_error(
+      [&] {
+        (void)zklock::on_live_session(t, {steady::now() + patience}, [&]() -> int {
+          t.close();
+          session_ended("the work");
+        });
+      },
+      zklock::errc::session_closed, "on_live_session on a session closed under the work");
+}
+
+// A stop request ends the wait for the next session: nullopt, and the work does not run again.
+TEST(OnLiveSession, StopWhileWaitingForTheNextSessionGivesNullopt) {
+  zklock::session s{zkt::options()};
+  std::stop_source stop;
+  std::thread stopper;
+  int calls = 0;
+  const auto got = zklock::on_live_session(s, {steady::time_point::max(), stop.get_token()}, [&]() -> int {
+    ++calls;
+    // This session never ends: the wait for the next one lasts until the stop request.
+    stopper = std::thread{[&] { stop.request_stop(); }};
+    session_ended("the work");
+  });
+  stopper.join();
+  EXPECT_FALSE(got.has_value());
+  EXPECT_EQ(calls, 1);
+
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_FALSE(zklock::on_live_session(s, {steady::time_point::max(), stopped.get_token()}, []() -> int {
+                 session_ended("the work");
+               }).has_value())
+      << "stopped already when the session ended under the work";
 }
 
 // credentials() is what a second handle needs to join the session: only the right password ends it

@@ -43,6 +43,12 @@ int main() {
   return zklock::watch_predecessor::kind == zklock::watch_children::kind;
 #elif defined(PROBE_parse_identity)  // zklock.detail, contenders() reports it as contender_info::who
   return zklock::parse_identity("").host.empty();
+#elif defined(PROBE_impl)  // zklock:session, the implementation behind a session
+  zklock::session* s = nullptr;
+  return &s->impl() == nullptr;
+#elif defined(PROBE_node_deleted)  // zklock:wakeup, the watch registry's business
+  zklock::wake_target* t = nullptr;
+  return t->node_deleted.load();
 #else
   // Control: the documented API, including the lock templates that use those internals.
   zklock::mutex* m = nullptr;

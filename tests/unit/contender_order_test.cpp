@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Contender names (Curator's spellings), and queue order by sequence number across the 32-bit wrap.
+// Contender names (Curator's spellings), and queue order by sequence number across the 32-bit wrap;
+// the waiters of contenders, woken once (waiter_list).
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,4 +63,50 @@ TEST(ContenderOrder, PrefixesAreUniquePerAttempt) {
   EXPECT_EQ(seen.size(), 1000u);
   EXPECT_TRUE(contender_prefix(contender_kind::read).ends_with("-__READ__"));
   EXPECT_TRUE(contender_prefix(contender_kind::write).ends_with("-__WRIT__"));
+}
+
+// The waiters of a contender (of a watch, a settling release, the next session) are woken once and
+// forgotten (zklock.detail's waiter_list); a waiter that gave up is not kept alive, nor woken.
+namespace {
+struct counted_waiter {
+  int woken = 0;
+  void wake() noexcept { ++woken; }
+};
+}  // namespace
+
+TEST(WaiterList, WakesTheLiveOnesOnceAndForgetsAll) {
+  waiter_list<counted_waiter> list;
+  auto a = std::make_shared<counted_waiter>();
+  auto b = std::make_shared<counted_waiter>();
+  auto gone = std::make_shared<counted_waiter>();
+  list.add(a);
+  list.add(gone);
+  list.add(b);
+  std::weak_ptr<counted_waiter> watch_gone = gone;
+  gone.reset();
+  EXPECT_TRUE(watch_gone.expired()) << "the list keeps no waiter alive";
+  list.wake_all();
+  EXPECT_EQ(a->woken, 1);
+  EXPECT_EQ(b->woken, 1);
+  EXPECT_TRUE(list.empty());
+  list.wake_all();
+  EXPECT_EQ(a->woken, 1) << "woken once: the list forgot it";
+}
+
+TEST(WaiterList, RemoveDropsOneAndTheGoneTakeEmptiesTheList) {
+  waiter_list<counted_waiter> list;
+  auto a = std::make_shared<counted_waiter>();
+  auto b = std::make_shared<counted_waiter>();
+  list.add(a);
+  list.add(b);
+  list.add(std::make_shared<counted_waiter>());  // gone at once
+  EXPECT_FALSE(list.remove(a.get())) << "b is left";
+  auto taken = list.take();
+  EXPECT_TRUE(list.empty());
+  std::vector<counted_waiter*> order;
+  taken.wake_all([&](counted_waiter& w) noexcept { order.push_back(&w); });
+  EXPECT_EQ(order, std::vector<counted_waiter*>{b.get()}) << "a removed, the gone one skipped";
+  EXPECT_EQ(b->woken, 0) << "a custom wake replaces wake()";
+  list.add(b);
+  EXPECT_TRUE(list.remove(b.get()));
 }

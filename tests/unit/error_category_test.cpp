@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The "zklock" error category names every ZooKeeper return code and zklock's own errors.
+// The "zklock" error category names every ZooKeeper return code and zklock's own errors; what each
+// return code means to the call that got it (zklock.detail's meaning_of, the session layer's one
+// mapping).
 #include <string>
 #include <system_error>
 #include <zookeeper/zookeeper.h>
 #include <gtest/gtest.h>
 import zklock;
+import zklock.detail;
 
 TEST(ErrorCategory, IsNamedZklock) { EXPECT_STREQ(zklock::error_category().name(), "zklock"); }
 
@@ -36,4 +39,17 @@ TEST(ErrorCategory, OwnErrorsHaveMessagesAndConditions) {
   EXPECT_TRUE(std::error_code{zklock::errc::lock_timeout} == std::errc::timed_out);
   EXPECT_TRUE(std::error_code{zklock::errc::connection_loss} == std::errc::not_connected);
   EXPECT_FALSE(std::error_code{zklock::errc::no_node} == std::errc::timed_out);
+}
+
+TEST(ReturnCodeMeaning, SessionEndsUnknownOutcomesAndAnswers) {
+  using zklock::detail::meaning_of;
+  using zklock::detail::rc_meaning;
+  EXPECT_EQ(meaning_of(ZSESSIONEXPIRED), rc_meaning::session_expired);
+  EXPECT_EQ(meaning_of(ZINVALIDSTATE), rc_meaning::session_expired) << "every call after an expiry";
+  EXPECT_EQ(meaning_of(ZCLOSING), rc_meaning::session_closed);
+  EXPECT_EQ(meaning_of(ZCONNECTIONLOSS), rc_meaning::unknown_outcome);
+  EXPECT_EQ(meaning_of(ZOPERATIONTIMEOUT), rc_meaning::unknown_outcome) << "a stalled server";
+  for (int rc : {ZOK, ZNONODE, ZNODEEXISTS, ZNOAUTH, ZBADARGUMENTS, ZNOTEMPTY, ZSYSTEMERROR, ZAUTHFAILED,
+                 ZSESSIONMOVED, ZTHROTTLEDOP, static_cast<ZOO_ERRORS>(12345)})
+    EXPECT_EQ(meaning_of(rc), rc_meaning::answered) << rc << ": the caller judges it";
 }
