@@ -3,6 +3,8 @@
 """zklock against the peers: ratio table of the headline metrics of peer benchmark runs.
 
   ratios.py OUTDIR [OUTDIR ...]
+  ratios.py --today LOOPBACK_DIR... --delay DELAY_DIR...
+
 
 Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
 several dirs every value is the median over the runs. zklock libs are those whose name starts with
@@ -12,6 +14,9 @@ what any library could reach in that run, and how close each zklock lib comes to
 A ratio says how many times better zklock does than the peer (higher = zklock better): zklock / peer
 for rates, peer / zklock for latencies and request counts (the "better" column names the direction
 of the metric itself).
+With --today it prints one table instead (docs/performance.md's "Today"): every scenario's headline
+metric at loopback and behind the delay proxy, zklock beside Curator, kazoo and the floor (k-floor
+for scenario k), each value a median over the runs given, with zklock's ratios to both peers.
 Standard library only.
 """
 import glob
@@ -92,7 +97,59 @@ def better_ratio(mine, peer, better):
     return ratio(mine, peer) if better == "higher" else ratio(peer, mine)
 
 
+# (scenario, field, label, better): one line per scenario for --today
+TODAY = [
+    ("a_uncontended", "ops_s", "(a) uncontended acquire+release cycles/s", "higher"),
+    ("a_uncontended", "p50_us", "(a) uncontended cycle p50 us", "lower"),
+    ("b_reentrant", "reacquire_p50_us", "(b) re-entry p50 us", "lower"),
+    ("c_contended_T2", "handoffs_s", "(c) 2 clients: handoffs/s", "higher"),
+    ("c_contended_T8", "handoffs_s", "(c) 8 clients: handoffs/s", "higher"),
+    ("c_contended_T32", "handoffs_s", "(c) 32 clients: handoffs/s", "higher"),
+    ("k_contended_hold5_T8", "handoffs_s", "(k) 8 clients, 5 ms holds: handoffs/s", "higher"),
+    ("k_contended_hold5_T8", "gap_p50_us", "(k) 8 clients, 5 ms holds: gap p50 us", "lower"),
+    ("d_rwlock", "ops_s", "(d) read/write 90:10, 1 ms holds: ops/s", "higher"),
+    ("e_semaphore_hold0", "leases_s", "(e) semaphore of 4, 16 clients, hold 0: leases/s", "higher"),
+    ("e_semaphore_hold20", "leases_s", "(e) semaphore of 4, 16 clients, hold 20 ms: leases/s", "higher"),
+    ("f_failed_try", "try0_p50_us", "(f) failed try_lock() p50 us", "lower"),
+    ("g_herd", "handoff_p50_us", "(g) 100 waiters: handoff p50 us", "lower"),
+    ("h_session_expiry", "other_acquire_ms", "(h) holder expired: next acquire after ms", "lower"),
+    ("o_opcount_mutex_acquire_release", "zk_requests_per_cycle", "(o) requests per acquire+release", "lower"),
+]
+FLOORS = {"k_contended_hold5_T8": "k-floor"}
+
+
+def today(loop_dirs, delay_dirs):
+    sets = [("loopback", [load(d) for d in loop_dirs]), ("2 ms round trip", [load(d) for d in delay_dirs])]
+    hdr = ["metric", "better"]
+    for name, _ in sets:
+        hdr += ["%s: zklock" % name, "Curator", "kazoo", "floor", "zklock/Curator", "zklock/kazoo"]
+    print("Medians of %d loopback runs (%s) and %d runs behind DELAY_MS=1 (%s); ratios: times better, "
+          "higher = zklock better." % (len(loop_dirs), ", ".join(loop_dirs), len(delay_dirs), ", ".join(delay_dirs)))
+    print()
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for scen, key, label, better in TODAY:
+        cells = [label, better]
+        for _, runs in sets:
+            z, c, k = (value(runs, lib, scen, key) for lib in ("zklock", "curator", "kazoo"))
+            alt = PATCHED.get(("kazoo", scen))
+            if alt and any(("kazoo", alt) in r for r in runs):
+                k = value(runs, "kazoo", alt, key)  # kazoo's own lock deadlocks here: its fixed one
+            floor = FLOORS.get(scen)
+            f = value(runs, floor, scen, key) if floor else None
+            cells += [fmt(z), fmt(c), fmt(k), fmt(f), better_ratio(z, c, better), better_ratio(z, k, better)]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--today":
+        args = sys.argv[2:]
+        if "--delay" not in args:
+            print(__doc__)
+            sys.exit(2)
+        i = args.index("--delay")
+        today(args[:i], args[i + 1:])
+        return
     dirs = sys.argv[1:]
     if not dirs:
         print(__doc__)

@@ -9,7 +9,7 @@ export import :wakeup;        // policy: condition variable, or a one-shot latch
 export import :reentrancy;    // policy: none, per thread, counted owner
 export import :timeout;       // policy: how long a blocking lock() waits
 export import :hooks;         // policy: observability (wait, hold, queue position, wake-ups, requests)
-export import :policies;      // default_policies and LockPolicies: one bundle, one line per changed axis
+export import :policies;      // default_policies, policies_with, LockPolicies: one bundle of five axes
 export import :async;         // waiting without a thread: lock_hold, executor, co_await-able acquires
 export import :mutex;         // basic_mutex<Policies>: a fair TimedLockable mutex
 export import :shared_mutex;  // basic_shared_mutex<Policies>: a fair read/write lock
