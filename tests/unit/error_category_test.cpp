@@ -2,6 +2,7 @@
 // The "zklock" error category names every ZooKeeper return code and zklock's own errors; what each
 // return code means to the call that got it (zklock.detail's meaning_of, the session layer's one
 // mapping).
+#include <initializer_list>
 #include <string>
 #include <system_error>
 #include <zookeeper/zookeeper.h>
@@ -49,7 +50,7 @@ TEST(ReturnCodeMeaning, SessionEndsUnknownOutcomesAndAnswers) {
   EXPECT_EQ(meaning_of(ZCLOSING), rc_meaning::session_closed);
   EXPECT_EQ(meaning_of(ZCONNECTIONLOSS), rc_meaning::unknown_outcome);
   EXPECT_EQ(meaning_of(ZOPERATIONTIMEOUT), rc_meaning::unknown_outcome) << "a stalled server";
-  for (int rc : {ZOK, ZNONODE, ZNODEEXISTS, ZNOAUTH, ZBADARGUMENTS, ZNOTEMPTY, ZSYSTEMERROR, ZAUTHFAILED,
-                 ZSESSIONMOVED, ZTHROTTLEDOP, static_cast<ZOO_ERRORS>(12345)})
+  for (int rc : std::initializer_list<int>{ZOK, ZNONODE, ZNODEEXISTS, ZNOAUTH, ZBADARGUMENTS, ZNOTEMPTY, ZSYSTEMERROR,
+                                          ZAUTHFAILED, ZSESSIONMOVED, ZTHROTTLEDOP, 12345})
     EXPECT_EQ(meaning_of(rc), rc_meaning::answered) << rc << ": the caller judges it";
 }
