@@ -136,7 +136,7 @@ class lock_hold {
   lock_hold(session& s, detail::hold h, std::string path, detail::release_reporter r) noexcept
       : s_(&s), h_(std::move(h)), path_(std::move(path)), report_(std::move(r)) {}
   void held(const char* fn) const {
-    if (!s_) throw_error(errc::not_held, std::string{"zklock: "} + fn + " on an empty lock_hold");
+    if (!s_) detail::throw_error(errc::not_held, std::string{"zklock: "} + fn + " on an empty lock_hold");
   }
   session* s_ = nullptr;
   detail::hold h_;

@@ -107,6 +107,6 @@ const std::error_category& error_category() noexcept {
   return c;
 }
 
-void throw_error(errc e, const std::string& what) { throw std::system_error(make_error_code(e), what); }
+void detail::throw_error(errc e, const std::string& what) { throw std::system_error(make_error_code(e), what); }
 
 }  // namespace zklock

@@ -98,10 +98,10 @@ inline std::error_condition make_error_condition(errc e) noexcept {
 }  // namespace zklock
 
 // Outside any `export`: reachable by the lock templates, not visible to importers.
-namespace zklock {
+namespace zklock::detail {
 /// Effects: throws std::system_error{e, what}. Throws: always.
 [[noreturn]] void throw_error(errc e, const std::string& what);
-}  // namespace zklock
+}  // namespace zklock::detail
 
 /// Makes zklock::errc convert implicitly to std::error_code (through make_error_code), so that
 /// `ec == zklock::errc::lock_timeout` and `std::error_code ec = zklock::errc::no_node;` work.

@@ -172,7 +172,7 @@ stored_hold_record record_hold(session& s, std::string_view path_in, std::int64_
   const std::string node = path + "/" + std::string{record_prefix} + std::to_string(token);
   const std::uint64_t generation = s.generation();
   if (!detail::create_ephemeral(s, node, data))
-    throw_error(detail::read_node(s, node) ? errc::node_exists : errc::no_node, "zklock: recording a hold at " + node);
+    detail::throw_error(detail::read_node(s, node) ? errc::node_exists : errc::no_node, "zklock: recording a hold at " + node);
   stored_hold_record out;
   out.s_ = &s;
   out.path_ = node;
@@ -183,7 +183,7 @@ stored_hold_record record_hold(session& s, std::string_view path_in, std::int64_
 std::vector<contender_info> contenders(session& s, std::string_view path_in) {
   const std::string path = detail::checked_path(std::string{path_in});
   const auto listing = detail::list_children(s, path, nullptr, detail::clock::now() + s.options().connect_timeout);
-  if (!listing) throw_error(errc::operation_timeout, "zklock: listing " + path);
+  if (!listing) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
 
   constexpr unsigned all_kinds = 0xf;
   std::vector<detail::contender> present;

@@ -55,7 +55,7 @@ class basic_mutex {
   /// errc::lock_timeout when the timeout policy's bound passes; session or server failures.
   void lock() {
     if (!side_.acquire(detail::exclusive_rule{}, {P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: lock() on " + path_ + ": the timeout policy's bound passed");
+      detail::throw_error(errc::lock_timeout, "zklock: lock() on " + path_ + ": the timeout policy's bound passed");
   }
 
   /// Effects: one attempt without waiting. Returns: whether the caller now holds the lock.

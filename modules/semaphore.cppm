@@ -66,7 +66,7 @@ class basic_counting_semaphore {
   /// bound passes; session or server failures.
   void acquire() {
     if (!acquire_within({P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: acquire() on " + path_ + ": the timeout policy's bound passed");
+      detail::throw_error(errc::lock_timeout, "zklock: acquire() on " + path_ + ": the timeout policy's bound passed");
   }
   /// Effects, Returns: one attempt without waiting: whether a lease was granted. Throws: as
   /// acquire(), but never lock_timeout.
@@ -191,7 +191,7 @@ class basic_counting_semaphore {
   detail::hold latest(const char* fn) const {
     std::lock_guard lk{mu_};
     if (held_.empty())
-      throw_error(errc::not_held, std::string{"zklock: "} + fn + " on " + path_ + ": the object holds no lease");
+      detail::throw_error(errc::not_held, std::string{"zklock: "} + fn + " on " + path_ + ": the object holds no lease");
     return held_.back();
   }
   session& s_;

@@ -50,7 +50,7 @@ class basic_shared_mutex {
   /// re-enter); as basic_mutex::lock().
   void lock() {
     if (!write_side({P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: lock() on " + path_ + ": the timeout policy's bound passed");
+      detail::throw_error(errc::lock_timeout, "zklock: lock() on " + path_ + ": the timeout policy's bound passed");
   }
   /// Effects, Returns: one attempt at the write side without waiting. Throws: as lock(), but never
   /// lock_timeout.
@@ -81,7 +81,7 @@ class basic_shared_mutex {
   /// Effects: blocks until the caller holds the read side. Throws: as lock().
   void lock_shared() {
     if (!read_side({P::timeout::lock_deadline(detail::clock::now())}))
-      throw_error(errc::lock_timeout, "zklock: lock_shared() on " + path_ + ": the timeout policy's bound passed");
+      detail::throw_error(errc::lock_timeout, "zklock: lock_shared() on " + path_ + ": the timeout policy's bound passed");
   }
   /// Effects, Returns: one attempt at the read side without waiting. Throws: as lock_shared(), but
   /// never lock_timeout.

@@ -312,13 +312,13 @@ void session::flush() {
     struct Stat st {};
     return zoo_exists(zh, "/", 0, &st);  // "/" is the chroot when there is one: it exists
   });
-  if (!rc) throw_error(errc::operation_timeout, what.text());
+  if (!rc) detail::throw_error(errc::operation_timeout, what.text());
   if (*rc != ZOK) detail::fail(*rc, what);
 }
 
 void session::reestablish() {
   const detail::state_view v = impl_->states.view();
-  if (v.closed) throw_error(errc::session_closed, "zklock::session::reestablish");
+  if (v.closed) detail::throw_error(errc::session_closed, "zklock::session::reestablish");
   if (v.state != session_state::expired) return;
   impl_->open_handle();
 }
@@ -329,13 +329,13 @@ session_credentials session::credentials() const {
   detail::session_impl& s = *impl_;
   std::shared_lock hl{s.handle.mu};  // the handle stays while we read its id
   const detail::state_view v = s.states.view();
-  if (v.closed) throw_error(errc::session_closed, "zklock::session::credentials");
+  if (v.closed) detail::throw_error(errc::session_closed, "zklock::session::credentials");
   // Expired, or a new handle still connecting: there is no session a second handle could join.
   if (v.state == session_state::expired || v.state == session_state::connecting || !s.handle.zh || v.id == 0)
-    throw_error(errc::session_expired, "zklock::session::credentials: no live session");
+    detail::throw_error(errc::session_expired, "zklock::session::credentials: no live session");
   const clientid_t* id = ::zoo_client_id(s.handle.zh);
   if (!id || id->client_id != v.id)
-    throw_error(errc::session_expired, "zklock::session::credentials: no live session");
+    detail::throw_error(errc::session_expired, "zklock::session::credentials: no live session");
   return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
 }
 

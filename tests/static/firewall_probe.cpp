@@ -36,7 +36,7 @@ int main() {
 #elif defined(PROBE_async_side)  // zklock:async, the private member of the lock types
   return sizeof(zklock::detail::async_side<zklock::default_policies>) == 0;
 #elif defined(PROBE_throw_error)  // zklock:errors, the helper every throw site uses
-  zklock::throw_error(zklock::errc::not_held, "x");
+  zklock::detail::throw_error(zklock::errc::not_held, "x");
 #elif defined(PROBE_watch_kind)  // gone: tests compare the strategy types instead
   return zklock::watch_kind{} == zklock::watch_kind{};
 #elif defined(PROBE_kind)  // gone from the watch strategies
