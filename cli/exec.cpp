@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// `zklock exec PATH CMD`: looks CMD up, warns about contenders the mode ignores, acquires the lock
-// in the chosen mode (a signal ends the wait), records what the acquire cost for `zklock ls`, and
+// `zklock exec PATH CMD`: looks CMD up, acquires the lock in the chosen mode (a signal ends the wait), records what the acquire cost for `zklock ls`, and
 // hands CMD to supervise() with the hold's fencing token, its loss signal and its release.
 #include <algorithm>
 #include <cstring>
@@ -25,63 +24,6 @@ using exec_policies = zklock::policies_with<record_hooks>;
 using exec_mutex = zklock::basic_mutex<exec_policies>;
 using exec_shared_mutex = zklock::basic_shared_mutex<exec_policies>;
 using exec_semaphore = zklock::basic_counting_semaphore<exec_policies>;
-
-using zklock::contender_side;
-
-/// Returns: the name of contender nodes of side `k`, as their names say ("lock" for a mutex).
-const char* kind_name(contender_side k) { return k == contender_side::mutex ? "lock" : zklock::to_string(k); }
-
-/// Returns: what takes contender nodes of kind `k`, for the warning about other kinds.
-const char* taken_by(contender_side k) {
-  switch (k) {
-    case contender_side::mutex: return "zklock exec --mutex, zklock::mutex, Curator's InterProcessMutex";
-    case contender_side::read: return "zklock exec --shared, the read side of a read/write lock";
-    case contender_side::write: return "zklock exec (default, --write), the write side of a read/write lock";
-    case contender_side::lease: return "zklock exec --permits, zklock::counting_semaphore";
-  }
-  return "?";
-}
-
-/// Returns: whether a lock of mode `m` queues with (and so waits for) contenders of side `k`.
-bool counts(lock_mode m, contender_side k) {
-  switch (m) {
-    case lock_mode::mutex: return k == contender_side::mutex;
-    case lock_mode::shared:
-    case lock_mode::write: return k == contender_side::read || k == contender_side::write;
-    case lock_mode::permits: return k == contender_side::lease;
-  }
-  return true;
-}
-
-const char* mode_name(lock_mode m) {
-  switch (m) {
-    case lock_mode::write: return "exclusive (write) lock";
-    case lock_mode::shared: return "shared (read) lock";
-    case lock_mode::mutex: return "--mutex lock";
-    case lock_mode::permits: return "--permits lease";
-  }
-  return "lock";
-}
-
-/// Effects: warns when the path is in use by contenders of kinds this mode ignores. (A warning
-/// only: a session that ends under it is the acquire's to ride through.)
-void warn_about_other_kinds(zklock::session& s, const options& o) {
-  std::vector<zklock::contender_info> queue;
-  try {
-    queue = zklock::contenders(s, o.path);
-  } catch (const std::system_error& e) {
-    if (e.code() != zklock::make_error_code(zklock::errc::session_expired) &&
-        e.code() != zklock::make_error_code(zklock::errc::operation_timeout))
-      throw;
-  }
-  std::vector<contender_side> others;  // each side once, in queue order
-  for (const auto& c : queue)
-    if (!counts(o.mode, c.side) && std::find(others.begin(), others.end(), c.side) == others.end())
-      others.push_back(c.side);
-  for (const auto k : others)
-    say("warning: %s has %s contenders (%s): this %s neither waits for them nor keeps them out", o.path.c_str(),
-        kind_name(k), taken_by(k), mode_name(o.mode));
-}
 
 /// Effects: one attempt (timeout 0), a wait bounded by `timeout`, or a wait without end (none).
 /// Returns: whether the lock is held.
@@ -190,7 +132,6 @@ int run_exec(const options& o) {
 
   fd_t sigfd = block_signals();  // before the session starts its threads
   auto s = open_session(o);
-  warn_about_other_kinds(*s, o);
 
   locks l;
   bool acquired = false;

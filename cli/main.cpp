@@ -216,9 +216,8 @@ struct command_line {
          "one (like flock -s)",
          [this] { set_mode(lock_mode::shared); }, modes);
     flag(exec, "--mutex",
-         "exclusive, with zklock::mutex nodes: for a PATH shared with programs that use zklock::mutex or "
-         "Curator's InterProcessMutex. It neither waits for nor keeps out --write and --shared holders (other "
-         "node kinds)",
+         "exclusive, with zklock::mutex nodes (for Curator's InterProcessMutex, which counts only those). "
+         "Excludes --write, --shared and other --mutex holders of PATH, as --write does",
          [this] { set_mode(lock_mode::mutex); }, modes);
     value(exec, "--permits", "N",
           "one of N leases of a counting semaphore (N: 1..1000000; every user of the path must give the same N)",

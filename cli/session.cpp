@@ -45,6 +45,7 @@ exit_error classify(const std::exception& e) {
     case errc::lock_timeout:
       return {exit_code::timeout, what};
     case errc::lease_count_mismatch:
+    case errc::path_kind_mismatch:
     case errc::bad_arguments:
     case errc::chroot_missing:
       return {exit_code::usage, what};

@@ -298,6 +298,18 @@ std::optional<wait_outcome> grant_on_deletion(attempt<Wakeup>& at, tally& seen, 
   return std::nullopt;
 }
 
+/// Throws: std::system_error(errc::path_kind_mismatch): the queue under `lock_path` holds nodes of
+/// the other kind than `Rule`'s (leases under a lock, lock contenders under a semaphore).
+template <class Rule>
+[[noreturn]] void wrong_kind(const std::string& lock_path) {
+  if constexpr ((Rule::kinds & lease_kinds) != 0)
+    throw_error(errc::path_kind_mismatch, "zklock: " + lock_path + " is a lock's path (lock contenders are queued " +
+                                              "under it): no semaphore may take leases there");
+  else
+    throw_error(errc::path_kind_mismatch, "zklock: " + lock_path + " is a semaphore's path (leases are queued " +
+                                              "under it): no lock may queue there");
+}
+
 /// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
 /// it holds, or until the wait context `wc` ends (its deadline passes or its stop is requested).
 /// Returns: the grant, or nullopt on timeout or cancellation (nothing left behind).
@@ -324,6 +336,14 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);
+    // One path, one meaning (zklock.detail:rules): a lock node whose data may be a lease count is
+    // read once (one more round trip, never for a lock node zklock or Curator created: those
+    // store nothing) and refused if it is a semaphore's; our node goes with the attempt.
+    if constexpr ((Rule::kinds & lease_kinds) == 0)
+      if (listing && may_store_lease_count(queued->lock_data_length)) {
+        attempted->sent();
+        if (!check_not_semaphore(s, lock_path, deadline)) co_return std::nullopt;
+      }
   }
   attempt<Wakeup>& at = *attempted;
   const std::string_view self = std::string_view{at.node().path}.substr(lock_path.size() + 1);
@@ -341,8 +361,10 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     std::size_t window, ahead, limit;
     std::vector<std::string> targets;
     {
-      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds);
+      unsigned present = 0;
+      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds, &present);
       listing.reset();
+      if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
       const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
       if (mine == queue.end()) at.vanished();
       const auto me = static_cast<std::size_t>(mine - queue.begin());

@@ -74,6 +74,7 @@ class category final : public std::error_category {
       case errc::lease_count_mismatch: return "semaphore opened with a lease count other than the stored one";
       case errc::cancelled: return "asynchronous acquire cancelled by its stop token";
       case errc::contender_deleted: return "our waiting contender node was deleted by someone else";
+      case errc::path_kind_mismatch: return "the path is another kind's (a lock's path used as a semaphore, or the reverse)";
       default: break;
     }
     if (const char* m = zookeeper_message(v)) return std::string{m} + " (ZooKeeper " + std::to_string(v) + ")";

@@ -76,8 +76,11 @@ enum class errc : int {
   lease_count_mismatch = 7, ///< a semaphore was opened with another lease count than its node stores
   cancelled = 8,           ///< an asynchronous acquire was cancelled by a stop request on its
                            ///< wait_context's token (a blocking try returns false instead)
-  contender_deleted = 9    ///< our contender node was deleted by someone else (not by this
+  contender_deleted = 9,   ///< our contender node was deleted by someone else (not by this
                            ///< session) while it waited: the acquire fails, nothing is granted
+  path_kind_mismatch = 10  ///< the path is another kind's: a semaphore opened on a lock's path (or
+                           ///< on a node that stores no lease count), a lock queued on a semaphore's
+                           ///< path, or a queue that shows both kinds' nodes; nothing is granted
 };
 
 /// Returns: the one "zklock" category object. Its codes match these std::errc conditions:

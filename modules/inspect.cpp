@@ -212,11 +212,12 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
         if (ci.node == queue[i].name)
           ci.state = held(queue, i) ? contender_state::holder : contender_state::waiter;
   };
-  judge(detail::exclusive_rule::kinds,
-        [](const auto& q, std::size_t i) { return detail::stand(detail::exclusive_rule{}, q, i).held(); });
-  judge(detail::read_rule::kinds, [](const auto& q, std::size_t i) {
-    return q[i].kind == detail::contender_kind::read ? detail::stand(detail::read_rule{}, q, i).held()
-                                                     : detail::stand(detail::write_rule{}, q, i).held();
+  judge(detail::lock_kinds, [](const auto& q, std::size_t i) {
+    switch (q[i].kind) {
+      case detail::contender_kind::read: return detail::stand(detail::read_rule{}, q, i).held();
+      case detail::contender_kind::write: return detail::stand(detail::write_rule{}, q, i).held();
+      default: return detail::stand(detail::exclusive_rule{}, q, i).held();
+    }
   });
   if (std::any_of(out.begin(), out.end(), [](const contender_info& c) { return c.side == contender_side::lease; })) {
     if (const auto leases = stored_leases(s, path)) {

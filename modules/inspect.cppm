@@ -108,9 +108,9 @@ stored_hold_record record_hold(session& s, std::string_view path, std::int64_t t
 
 /// Returns: the contenders under the lock node `path` in queue order (an empty vector if the node
 /// is missing or empty), each holder with its hold_record if it stored one, with states by the
-/// library's rules: a mutex contender holds iff first of
-/// the mutex contenders; a reader holds iff no writer is ahead; a writer iff first of the readers
-/// and writers; a lease iff fewer than the stored lease count are ahead. Children that are not
+/// library's rules: a mutex or a write contender holds iff first of the lock's contenders (mutex,
+/// read and write alike); a reader iff no mutex or write contender is ahead; a lease iff fewer
+/// than the stored lease count are ahead. Children that are not
 /// contenders are skipped, and so are contenders that leave while being read.
 /// Throws: std::invalid_argument for a bad path; std::system_error (session or server failures,
 /// operation_timeout if the connection stays down for connect_timeout).

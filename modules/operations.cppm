@@ -52,6 +52,7 @@ struct held_node {
 struct queued_node {
   held_node node;                                   ///< our new contender node
   std::optional<std::vector<std::string>> listing;  ///< nullopt: list again
+  std::int32_t lock_data_length = 0;                ///< the lock node's data length, with the listing
 };
 
 /// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
@@ -242,7 +243,14 @@ void watch_own_node(session& s, const held_node& n, const std::shared_ptr<hold_g
 bool session_alive_for(const session& s, const held_node& n) noexcept;
 
 /// Effects: makes sure the semaphore node `path` exists and stores `leases`.
-/// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count.
+/// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
+/// errc::path_kind_mismatch if it stores no lease count (a lock's path, or another node).
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
+
+/// Effects: reads the lock node `lock_path` (one request; waits through a disconnection until
+/// `deadline`). Returns: false if `deadline` passed first. Throws: std::system_error
+/// (errc::path_kind_mismatch) if it stores a lease count: it is a semaphore's node; session or
+/// server failures.
+bool check_not_semaphore(session& s, const std::string& lock_path, clock::time_point deadline);
 
 }  // namespace zklock::detail

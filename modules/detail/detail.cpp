@@ -91,14 +91,21 @@ std::optional<contender> parse_contender(std::string_view name) {
   return contender{std::string{name}, p->second, p->first};
 }
 
-std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds) {
+std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
+                                         unsigned* present) {
   // One pass: every name is parsed once and copied only if it is a wanted contender (a listing of
   // a long queue is long: this runs on every wake-up of a waiter that is not second in line).
   std::vector<contender> out;
   out.reserve(children.size());
-  for (const auto& n : children)
-    if (const auto p = parse_name(n); p && (kinds & (1u << static_cast<unsigned>(p->first))) != 0)
-      out.push_back(contender{n, p->second, p->first});
+  unsigned seen = 0;
+  for (const auto& n : children) {
+    const auto p = parse_name(n);
+    if (!p) continue;
+    const unsigned bit = 1u << static_cast<unsigned>(p->first);
+    seen |= bit;
+    if ((kinds & bit) != 0) out.push_back(contender{n, p->second, p->first});
+  }
+  if (present) *present = seen;
   return std::move(out) |
          ranges::actions::sort([](const contender& a, const contender& b) { return seq_before(a.seq, b.seq); });
 }

@@ -37,8 +37,10 @@ constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
 }
 
 /// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
-/// queue order.
-std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds);
+/// queue order. `present`, if given, receives the kinds of every contender among the children
+/// (wanted or not), so that a caller sees nodes that do not belong under its path.
+std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
+                                         unsigned* present = nullptr);
 
 /// Returns: a fresh random id, formatted like a Java UUID (8-4-4-4-12 lowercase hex).
 std::string random_uuid();

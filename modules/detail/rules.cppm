@@ -3,9 +3,16 @@
 // count for its mode, and how many of them may remain ahead while it holds. Plus what a waiter may
 // conclude from the deletions it saw since its last listing. Pure functions, unit-tested without a
 // server.
+//
+// One path, one meaning: a path is a lock or a semaphore. A lock's queue holds mutex ("lock-"),
+// read ("__READ__") and write ("__WRIT__") contenders, zklock's and Curator's names alike, and every
+// rule of a lock reads all three: a mutex contender is a writer. A semaphore's queue holds leases. A
+// listing that shows the other family's nodes is a path used as both (errc::path_kind_mismatch).
 module;
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 export module zklock.detail:rules;
 import :queue;
@@ -30,39 +37,53 @@ constexpr unsigned kind_bit(contender_kind k) noexcept { return 1u << static_cas
 // is given holds only those, in order), counts(c) whether a contender c ahead keeps it waiting,
 // and limit() how many counted contenders may be ahead while it holds.
 
-/// Exclusive: held iff first.
+/// The kinds a lock's queue holds: mutex, read and write contenders.
+inline constexpr unsigned lock_kinds =
+    kind_bit(contender_kind::lock) | kind_bit(contender_kind::read) | kind_bit(contender_kind::write);
+/// The kinds a semaphore's queue holds: leases.
+inline constexpr unsigned lease_kinds = kind_bit(contender_kind::lease);
+
+/// Exclusive (a mutex): held iff first among every contender of the lock. A mutex contender is a
+/// writer to the read and write sides, so a mutex and a read/write lock on one path exclude each
+/// other as a read/write lock's sides do.
 struct exclusive_rule {
   /// The kind of node this rule's contenders create.
   static constexpr contender_kind own = contender_kind::lock;
-  /// The kinds it queues among: plain locks only.
-  static constexpr unsigned kinds = kind_bit(contender_kind::lock);
+  /// The kinds it queues among: mutex, read and write contenders.
+  static constexpr unsigned kinds = lock_kinds;
+  /// The kinds that say the path is not a lock: leases.
+  static constexpr unsigned foreign = lease_kinds;
   /// Returns: true: every contender ahead counts.
   static constexpr bool counts(const contender&) noexcept { return true; }
   /// Returns: 1: held with nobody ahead.
   static constexpr std::size_t limit() noexcept { return 1; }
 };
 
-/// Write side of a read/write lock: held iff first among readers and writers.
+/// Write side of a read/write lock: held iff first among every contender of the lock (as a mutex).
 struct write_rule {
   /// The kind of node this rule's contenders create.
   static constexpr contender_kind own = contender_kind::write;
-  /// The kinds it queues among: readers and writers.
-  static constexpr unsigned kinds = kind_bit(contender_kind::read) | kind_bit(contender_kind::write);
-  /// Returns: true: readers and writers ahead both count.
+  /// The kinds it queues among: mutex, read and write contenders.
+  static constexpr unsigned kinds = lock_kinds;
+  /// The kinds that say the path is not a lock: leases.
+  static constexpr unsigned foreign = lease_kinds;
+  /// Returns: true: readers, writers and mutex contenders ahead all count.
   static constexpr bool counts(const contender&) noexcept { return true; }
   /// Returns: 1: held with nobody ahead.
   static constexpr std::size_t limit() noexcept { return 1; }
 };
 
-/// Read side: held iff no writer precedes us. (A write holder taking the read side never asks this
-/// rule: its read hold shares its write node.)
+/// Read side: held iff no writer (a write or a mutex contender) precedes us. (A write holder taking
+/// the read side never asks this rule: its read hold shares its write node.)
 struct read_rule {
   /// The kind of node this rule's contenders create.
   static constexpr contender_kind own = contender_kind::read;
-  /// The kinds it queues among: readers and writers.
-  static constexpr unsigned kinds = kind_bit(contender_kind::read) | kind_bit(contender_kind::write);
-  /// Returns: whether `c` is a writer (readers ahead share the lock with us).
-  static constexpr bool counts(const contender& c) noexcept { return c.kind == contender_kind::write; }
+  /// The kinds it queues among: mutex, read and write contenders.
+  static constexpr unsigned kinds = lock_kinds;
+  /// The kinds that say the path is not a lock: leases.
+  static constexpr unsigned foreign = lease_kinds;
+  /// Returns: whether `c` is a writer: a write or a mutex contender (readers ahead share the lock).
+  static constexpr bool counts(const contender& c) noexcept { return c.kind != contender_kind::read; }
   /// Returns: 1: held with no writer ahead.
   static constexpr std::size_t limit() noexcept { return 1; }
 };
@@ -72,7 +93,9 @@ struct semaphore_rule {
   /// The kind of node this rule's contenders create.
   static constexpr contender_kind own = contender_kind::lease;
   /// The kinds it queues among: leases only.
-  static constexpr unsigned kinds = kind_bit(contender_kind::lease);
+  static constexpr unsigned kinds = lease_kinds;
+  /// The kinds that say the path is not a semaphore: mutex, read and write contenders.
+  static constexpr unsigned foreign = lock_kinds;
   /// How many contenders may hold at once (at least 1).
   std::size_t leases = 1;
   /// Returns: true: every lease ahead counts.
@@ -80,6 +103,20 @@ struct semaphore_rule {
   /// Returns: the lease count.
   constexpr std::size_t limit() const noexcept { return leases; }
 };
+
+/// Returns: whether a node whose data is `length` bytes long may be a semaphore's node: the lease
+/// count it stores, "leases=N" with N in 1..1,000,000, is 8 to 14 bytes long. (A lock's queue
+/// reads the data of its lock node only then.)
+constexpr bool may_store_lease_count(std::int64_t length) noexcept { return length >= 8 && length <= 14; }
+
+/// Returns: whether `data` is a semaphore node's lease count ("leases=" and a number).
+constexpr bool stores_lease_count(std::string_view data) noexcept {
+  constexpr std::string_view key = "leases=";
+  if (!data.starts_with(key) || data.size() == key.size()) return false;
+  for (const char c : data.substr(key.size()))
+    if (c < '0' || c > '9') return false;
+  return true;
+}
 
 /// Returns: where q[self] stands by `rule` (self < q.size()).
 template <class Rule>

@@ -129,6 +129,7 @@ struct pipelined_replies {
   std::int64_t czxid = 0;
   int list_rc = ZSYSTEMERROR;
   std::vector<std::string> kids;
+  std::int32_t data_length = 0;  // the lock node's, from the listing's stat
 
   void done() {
     // notify under the lock: the waiter may destroy *this as soon as it sees outstanding == 0
@@ -155,11 +156,13 @@ extern "C" void on_pipelined_create(int rc, const char* name, const struct Stat*
   r->done();
 }
 
-extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, const void* data) {
+extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, const struct Stat* st,
+                                  const void* data) {
   auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
   {
     std::lock_guard lk{r->mu};
     r->list_rc = rc;
+    if (rc == ZOK && st) r->data_length = st->dataLength;
     if (rc == ZOK && kids) {
       try {
         r->kids.reserve(static_cast<std::size_t>(kids->count));
@@ -196,7 +199,9 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
       if (!node) return std::nullopt;
       return queued_node{std::move(*node), std::nullopt};
     }
-    const int lrc = zoo_aget_children(s.handle.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
+    // getChildren2: the same request, with the lock node's stat (whose data length tells whether
+    // it may be a semaphore's node) in the reply.
+    const int lrc = zoo_aget_children2(s.handle.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
     if (lrc == ZOK && sent) ++*sent;
     std::unique_lock lk{r.mu};
     if (lrc != ZOK) --r.outstanding;  // no completion will come for it
@@ -205,7 +210,10 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   }
   if (r.create_rc == ZOK) {
     queued_node q{held_node{std::move(r.created), r.czxid, g}, std::nullopt};
-    if (r.list_rc == ZOK) q.listing = std::move(r.kids);
+    if (r.list_rc == ZOK) {
+      q.listing = std::move(r.kids);
+      q.lock_data_length = r.data_length;
+    }
     return q;
   }
   // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost): the one-request

@@ -31,6 +31,44 @@ import :nodes;
 
 namespace zklock::detail {
 
+namespace {
+/// Returns: what the node `path`, which stores no lease count, is: "a lock's path (N contenders
+/// queued)" if lock contenders are under it, else what it stores (one request).
+std::string what_node_is(session_impl& s, const std::string& path, std::uint64_t g, clock::time_point deadline) {
+  const call_name listing{"zklock: listing ", path};
+  String_vector kids{};
+  const auto rc = s.call(deadline, g, listing, [&](zhandle_t* zh) { return zoo_get_children(zh, path.c_str(), 0, &kids); });
+  std::vector<std::string> names;
+  if (rc && *rc == ZOK) {
+    for (int i = 0; i < kids.count; ++i) names.emplace_back(kids.data[i]);
+    deallocate_String_vector(&kids);
+  }
+  if (const auto n = sorted_contenders(names, lock_kinds).size(); n != 0)
+    return "it is a lock's path (" + std::to_string(n) + (n == 1 ? " contender" : " contenders") + " queued)";
+  return "it stores no lease count (a lock's path, or another node)";
+}
+}  // namespace
+
+bool check_not_semaphore(session& sess, const std::string& lock_path, clock::time_point deadline) {
+  session_impl& s = impl_of(sess);
+  const call_name what{"zklock: reading lock node ", lock_path};
+  char buf[64];
+  int len = sizeof buf;
+  struct Stat st {};
+  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
+    len = sizeof buf;
+    return zoo_get(zh, lock_path.c_str(), 0, buf, &len, &st);
+  });
+  if (!rc) return false;
+  if (*rc == ZNONODE) return true;  // gone meanwhile: the listing decides
+  if (*rc != ZOK) fail(*rc, what);
+  const std::string_view have{buf, static_cast<std::size_t>(std::clamp(len, 0, static_cast<int>(sizeof buf)))};
+  if (stores_lease_count(have))
+    throw_error(errc::path_kind_mismatch, "zklock: " + lock_path + " is a semaphore's path (it stores \"" +
+                                              std::string{have} + "\"): no lock may queue on it");
+  return true;
+}
+
 void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
   session_impl& s = impl_of(sess);
   const call_name opening{"zklock: opening semaphore ", path};
@@ -50,8 +88,10 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
     if (*rc == ZOK) {
       const std::string have{buf, static_cast<std::size_t>(std::max(len, 0))};
       if (have == want) return;
-      throw_error(errc::lease_count_mismatch,
-                  "zklock: semaphore " + path + " stores \"" + have + "\", opened with " + want);
+      if (stores_lease_count(have))
+        throw_error(errc::lease_count_mismatch,
+                    "zklock: semaphore " + path + " stores \"" + have + "\", opened with " + want);
+      throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));
     }
     if (*rc != ZNONODE) fail(*rc, opening);
     const auto parent = path.substr(0, path.rfind('/'));

@@ -206,8 +206,7 @@ std::string logged(const std::string& log, const std::string& kind, const std::s
 
 /// Returns: whether holders of kinds `a` and `b` (as kind_of() names them) must not hold at once.
 bool conflict(const std::string& a, const std::string& b) {
-  if (a == "lock" || b == "lock") return a == b;  // --mutex only counts lock- nodes
-  return a == "write" || b == "write";            // read/write lock: only readers share
+  return a != "read" || b != "read";  // a --mutex holder is a writer: only readers share
 }
 
 /// Returns: what is wrong in a log written by logged() CMDs ("" if nothing): a hold that began
@@ -473,20 +472,20 @@ TEST(CliExec, MutexHoldersExcludeEachOther) {
       << rows[0];
   EXPECT_NE(rows[0].find("-lock-"), std::string::npos) << rows[0];
 
-  // Another lock type on the same path neither waits for it nor keeps it out, and says so.
-  zklock_run plain{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
-  EXPECT_EQ(run(plain), 0) << plain.err();
-  EXPECT_EQ(plain.out(), "ran\n");
-  EXPECT_NE(plain.err().find("warning: " + path + " has lock contenders (zklock exec --mutex"), std::string::npos)
-      << plain.err();
+  // One path, one meaning: a --mutex holder is a writer to the read/write sides, both ways.
+  for (const auto& other : std::vector<std::vector<std::string>>{{}, {"--shared"}}) {
+    zklock_run r{exec_args(other, {"--timeout", "0", path, "--", "echo", "ran"})};
+    EXPECT_EQ(run(r), 124) << r.err();
+    EXPECT_EQ(r.out(), "");
+    EXPECT_EQ(r.err().find("warning"), std::string::npos) << r.err();
+  }
   EXPECT_EQ(m.release(), 0);
 
   holder w{path};
   w.held();
   zklock_run mutex{exec_args({"--mutex"}, {"--timeout", "0", path, "--", "echo", "ran"})};
-  EXPECT_EQ(run(mutex), 0) << mutex.err();
-  EXPECT_EQ(mutex.out(), "ran\n");
-  EXPECT_NE(mutex.err().find("warning: " + path + " has write contenders"), std::string::npos) << mutex.err();
+  EXPECT_EQ(run(mutex), 124) << mutex.err();
+  EXPECT_EQ(mutex.out(), "");
   EXPECT_EQ(w.release(), 0);
   EXPECT_TRUE(zkt::children(path).empty());
 

@@ -557,6 +557,44 @@ TEST(CuratorInterop, MutexStepByStep) {
   EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
 }
 
+// One path, one meaning (docs/interop.md): every zklock type counts every Curator lock node on its
+// path (a Curator mutex holder is a writer to zklock), while each Curator type counts only its own
+// kind, which the second half pins down as the documented limit.
+TEST(CuratorInterop, AcrossKindsZklockCountsEveryCuratorNode) {
+  const std::string path = zkt::unique_path("curator-kinds-steps");
+  auto java = interactive_java(path, work_dir("curator-kinds-steps"));
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::mutex m{s1, path};
+  zklock::shared_mutex rw{s2, path};
+
+  // Curator's holders keep zklock's other kinds out.
+  ASSERT_EQ(ask(*java, "0.mutex.lock"), "0 ok");
+  EXPECT_FALSE(rw.try_lock()) << "zklock's write side beside Curator's InterProcessMutex";
+  EXPECT_FALSE(rw.try_lock_shared()) << "zklock's read side beside Curator's InterProcessMutex";
+  EXPECT_EQ(ask(*java, "0.mutex.unlock"), "0 ok");
+  for (const char* side : {"write", "read"}) {
+    ASSERT_EQ(ask(*java, std::string{"0."} + side + ".lock"), "0 ok");
+    EXPECT_FALSE(m.try_lock()) << "zklock's mutex beside Curator's " << side << " lock";
+    EXPECT_EQ(ask(*java, std::string{"0."} + side + ".unlock"), "0 ok");
+  }
+  EXPECT_TRUE(zkt::children(path).empty());
+
+  // Curator's limit: its InterProcessMutex ignores read/write nodes, its read/write lock ignores
+  // mutex nodes (if Curator ever counts them, this fails: update docs/interop.md).
+  rw.lock();
+  EXPECT_EQ(ask(*java, "0.mutex.try"), "0 true");
+  EXPECT_EQ(ask(*java, "0.mutex.unlock"), "0 ok");
+  rw.unlock();
+  m.lock();
+  EXPECT_EQ(ask(*java, "0.write.try"), "0 true");
+  EXPECT_EQ(ask(*java, "0.write.unlock"), "0 ok");
+  m.unlock();
+
+  EXPECT_TRUE(zkt::children(path).empty());
+  java->send("quit");
+  EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
+}
+
 // `zklock exec` records what its acquire cost in a node beside its contender node,
 // "zkstats-<token>" (see docs/cli.md). Neither Curator's mutex nor its read/write lock may take
 // it for a contender: one sorted ahead of Curator's own node would keep Curator waiting forever.

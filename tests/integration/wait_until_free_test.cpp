@@ -83,18 +83,26 @@ TEST(WaitUntilFree, ReturnsWhenTheLastContenderLeavesWhateverItsKind) {
   const auto path = zkt::unique_path("free-kinds");
   zklock::session a{zkt::options()}, b{zkt::options()}, w{zkt::options()};
   zklock::shared_mutex rw{a, path};
-  zklock::mutex m{b, path};  // another kind of contender on the same node
+  zklock::mutex m{b, path};  // another kind of contender on the same node: it waits for the reader
   rw.lock_shared();
-  m.lock();
+  std::promise<void> let_go;
+  std::thread writer{[&, done = let_go.get_future()] {  // a thread's hold: it locks and unlocks
+    m.lock();
+    done.wait();
+    m.unlock();
+  }};
+  ASSERT_TRUE(zkt::await_children(path, 2));
   EXPECT_FALSE(zklock::wait_until_free(w, path, {steady::now() + std::chrono::milliseconds{50}}))
-      << "two holders: not free";
+      << "a holder and a waiter: not free";
   background_wait bw{w, path};
   ASSERT_TRUE(bw.waited(1));
   EXPECT_EQ(bw.busy(0), 2u) << "on_busy is told how many contenders it waits for";
-  rw.unlock_shared();
-  ASSERT_TRUE(bw.waited(2)) << "the reader's leaving wakes it; the mutex holder keeps it waiting";
-  EXPECT_EQ(bw.busy(1), 1u);
-  m.unlock();
+  rw.unlock_shared();  // the mutex holds next
+  const bool woke = bw.waited(2);
+  EXPECT_TRUE(woke) << "the reader's leaving wakes it; the mutex holder keeps it waiting";
+  if (woke) EXPECT_EQ(bw.busy(1), 1u);
+  let_go.set_value();
+  writer.join();
   EXPECT_TRUE(bw.result());
   EXPECT_TRUE(zkt::children(path).empty());
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <gtest/gtest.h>
 import zklock;
@@ -73,6 +74,74 @@ TEST(ModeRules, OutOfOrderReleaseStillGrantsTheFirstWaiter) {
   q.erase(q.begin() + 1);
   EXPECT_TRUE(stand(r, q, 1).held());   // former S2
   EXPECT_FALSE(stand(r, q, 2).held());  // former S3: S0 and S2 ahead
+}
+
+// ---- one path, one meaning: mutex, read and write contenders in one queue ------------------------
+
+/// Returns: the contenders of `q` that hold by their own kind's rule.
+std::string holders(const std::vector<contender>& q) {
+  std::string out;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const bool held = q[i].kind == contender_kind::read    ? stand(read_rule{}, q, i).held()
+                      : q[i].kind == contender_kind::write ? stand(write_rule{}, q, i).held()
+                                                           : stand(exclusive_rule{}, q, i).held();
+    if (held) out += q[i].name + " ";
+  }
+  return out;
+}
+
+TEST(ModeRules, EveryLockRuleQueuesAmongMutexReadAndWriteContenders) {
+  for (unsigned k : {exclusive_rule::kinds, read_rule::kinds, write_rule::kinds}) {
+    EXPECT_EQ(k, lock_kinds);
+    EXPECT_EQ(k & lease_kinds, 0u);
+  }
+  EXPECT_EQ(exclusive_rule::foreign, lease_kinds);
+  EXPECT_EQ(read_rule::foreign, lease_kinds);
+  EXPECT_EQ(write_rule::foreign, lease_kinds);
+  EXPECT_EQ(semaphore_rule::kinds, lease_kinds);
+  EXPECT_EQ(semaphore_rule::foreign, lock_kinds);
+}
+
+TEST(ModeRules, AMutexContenderIsAWriterToEverySide) {
+  // Each pair of kinds, the first ahead: only a reader behind a reader shares the lock.
+  const std::string kinds = "LRW";
+  for (char first : kinds)
+    for (char second : kinds) {
+      const auto q = queue(std::string{first, second});
+      const bool shared = first == 'R' && second == 'R';
+      EXPECT_EQ(holders(q), shared ? "R0 R1 " : std::string{first} + "0 ") << first << second;
+    }
+  // A mutex contender ahead keeps a reader and a writer waiting, and counts for both.
+  EXPECT_EQ(ahead(read_rule{}, queue("LRR"), 2), (std::vector<std::string>{"L0"}));
+  EXPECT_EQ(ahead(write_rule{}, queue("LRW"), 2), (std::vector<std::string>{"L0", "R1"}));
+  EXPECT_EQ(ahead(exclusive_rule{}, queue("RWL"), 2), (std::vector<std::string>{"R0", "W1"}));
+  EXPECT_EQ(holders(queue("RRLRW")), "R0 R1 ");
+}
+
+TEST(ModeRules, TheListingTellsWhichKindsAreUnderAPath) {
+  const std::vector<std::string> kids{"_c_1-lock-0000000003", "_c_2-__READ__0000000001", "lease-0000000002",
+                                      "zklock-hold-7", "_c_3-__WRIT__0000000004"};
+  unsigned present = 0;
+  const auto q = sorted_contenders(kids, lock_kinds, &present);
+  EXPECT_EQ(q.size(), 3u);
+  EXPECT_EQ(present, lock_kinds | lease_kinds);  // the lease too, though not wanted
+  EXPECT_EQ(q.front().kind, contender_kind::read);
+  (void)sorted_contenders({"_c_1-lock-0000000003"}, lease_kinds, &present);
+  EXPECT_EQ(present, kind_bit(contender_kind::lock));
+}
+
+TEST(ModeRules, ALeaseCountIsRecognisedByItsTextAndItsLength) {
+  EXPECT_TRUE(stores_lease_count("leases=1"));
+  EXPECT_TRUE(stores_lease_count("leases=1000000"));
+  EXPECT_FALSE(stores_lease_count(""));
+  EXPECT_FALSE(stores_lease_count("leases="));
+  EXPECT_FALSE(stores_lease_count("leases=2x"));
+  EXPECT_FALSE(stores_lease_count("10.0.0.7"));  // a node that stores an address
+  EXPECT_TRUE(may_store_lease_count(std::string_view{"leases=1"}.size()));
+  EXPECT_TRUE(may_store_lease_count(std::string_view{"leases=1000000"}.size()));
+  EXPECT_FALSE(may_store_lease_count(0));  // a lock node zklock or Curator created
+  EXPECT_FALSE(may_store_lease_count(7));
+  EXPECT_FALSE(may_store_lease_count(15));
 }
 
 // ---- what deletions prove (the tally) ----------------------------------------------------------
