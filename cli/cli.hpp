@@ -3,6 +3,7 @@
 //
 //   main.cpp            the command line (CLI11): subcommands, options, help, usage errors
 //   values.cpp          option values: durations and signals
+//   auth.cpp            credentials (--auth, --auth-file, $ZKLOCK_AUTH) and exec's --acl
 //   session.cpp         opening the session, and which exit code a library error means
 //   output.cpp          times, spans and JSON strings for `ls`
 //   exec.cpp            `zklock exec`: acquire in the chosen mode, then hand CMD to supervise.cpp
@@ -100,6 +101,9 @@ struct options {
   int kill_signal = SIGTERM;
   ms grace = 5s;
   bool json = false;
+  std::vector<zklock::auth_info> auth;  // --auth, --auth-file; else $ZKLOCK_AUTH
+  bool auth_given = false;              // --auth or --auth-file given: $ZKLOCK_AUTH is not read
+  std::vector<zklock::acl_entry> acl;   // exec --acl: of the nodes it creates (empty: the library's default)
 };
 
 // ---- option values (values.cpp) -----------------------------------------------------------------
@@ -112,6 +116,32 @@ int parse_signal(std::string_view text);
 std::string signal_name(int sig);
 /// Returns: the lease count in `text` (1..1000000). Throws: exit_error (usage).
 std::ptrdiff_t parse_permits(std::string_view text);
+
+// ---- credentials and ACLs (auth.cpp) ------------------------------------------------------------
+
+/// An option whose values auth.cpp parses; main.cpp declares it with CLI11 and calls `take` with
+/// each value given, in order.
+struct option_spec {
+  std::string name, type, help;
+  std::function<void(const std::string&)> take;
+};
+/// Returns: --auth and --auth-file (every command), which add to o.auth. Each `take` throws
+/// exit_error (usage) for bad input: a malformed credential, an --auth-file that cannot be read,
+/// holds none, or that group or others may access.
+std::vector<option_spec> auth_options(options& o);
+/// Returns: --acl (exec), which adds entries to o.acl. Its `take` throws exit_error (usage).
+option_spec acl_option(options& o);
+/// Effects: unless --auth or --auth-file was given, adds the credentials of $ZKLOCK_AUTH (one
+/// SCHEME:CREDENTIALS per line) to o.auth. Throws: exit_error (usage).
+void auth_from_environment(options& o);
+/// Returns: who `auth` says the session is, without secrets: "digest user alice, ip".
+std::string identities(const std::vector<zklock::auth_info>& auth);
+/// Returns: `text`, "SCHEME:CREDENTIALS", as credentials. Throws: exit_error (usage) naming
+/// `source` (never the text: it holds a secret).
+zklock::auth_info parse_auth(std::string_view source, std::string_view text);
+/// Returns: the ACL `spec`, "SCHEME:ID:PERMS[,...]" (zkCli's syntax, PERMS of r w c d a; the ID is
+/// what lies between the first and the last ':'). Throws: exit_error (usage) naming the entry.
+std::vector<zklock::acl_entry> parse_acl(std::string_view spec);
 
 // ---- the session (session.cpp) ------------------------------------------------------------------
 

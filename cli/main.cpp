@@ -36,7 +36,8 @@ Exit status:
        the session ended while waiting (given a new one, exec queues again and waits on)
   70   another failure inside zklock (e.g. the server refused an operation)
   75   the lock was lost while CMD ran (CMD's group was stopped), or before it could start
-  77   the server refused for lack of permission (ACL, authentication)
+  77   the server refused for lack of permission (ACL, authentication); the message names the
+       node and the permission needed
   124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
   125  usage error or bad input (option, duration, path, connect string, lease count)
   126  CMD cannot be executed
@@ -45,6 +46,8 @@ Exit status:
 
 Environment:
   ZOOKEEPER_HOSTS       servers to use when --connect is not given
+  ZKLOCK_AUTH           credentials when neither --auth nor --auth-file is given: SCHEME:CREDENTIALS,
+                        several separated by newlines
   ZKLOCK_FENCING_TOKEN  (set for CMD) the fencing token of the hold
   ZKLOCK_PATH           (set for CMD) the lock path
 
@@ -193,6 +196,7 @@ struct command_line {
                                 help_width - name_width))
         ->disable_flag_override()
         ->group(common_group);
+    for (auto& a : auth_options(o)) value(sub, a.name, a.type, a.help, a.take, common_group);  // auth.cpp
   }
 
   command_line() {
@@ -234,6 +238,8 @@ struct command_line {
           [this](const std::string& v) { o.kill_signal = parse_signal(v); });
     value(exec, "--grace", "D", "time CMD's group has to end after the kill signal before SIGKILL (default 5s)",
           [this](const std::string& v) { o.grace = parse_duration("--grace", v, true); });
+    const option_spec acl = acl_option(o);  // auth.cpp
+    value(exec, acl.name, acl.type, acl.help, acl.take);
     add_common(exec);
 
     ls = command("ls", ls_text);
@@ -287,6 +293,7 @@ struct command_line {
         usage_error("no ZooKeeper to talk to: give --connect HOST:PORT[,HOST:PORT...] or set ZOOKEEPER_HOSTS");
       o.connect = env;
     }
+    auth_from_environment(o);
     try {
       zklock::validate_lock_path(o.path);
     } catch (const std::invalid_argument& e) {

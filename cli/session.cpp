@@ -36,7 +36,14 @@ exit_error classify(const std::exception& e) {
     case errc::closing:
     case errc::invalid_state:
       return {exit_code::unavailable, what};
-    case errc::no_auth:
+    case errc::no_auth: {
+      // The library names the call, the node and the permission it needs, then the code's meaning:
+      // "creating /a/b (needs CREATE permission on /a): not authorised". The verdict goes first.
+      const std::string meaning = ": " + se->code().message();
+      if (what.ends_with(meaning))
+        return {exit_code::no_permission, "not authorised: " + what.substr(0, what.size() - meaning.size())};
+      return {exit_code::no_permission, what};
+    }
     case errc::auth_failed:
       return {exit_code::no_permission, what};
     case errc::lock_lost:
@@ -59,6 +66,8 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   so.connect = *o.connect;
   so.session_timeout = o.session_timeout;
   so.connect_timeout = o.connect_timeout;
+  so.auth = o.auth;
+  so.acl = o.acl;
   // A session that expires, or is given up after a long disconnection, is replaced by a new one:
   // a waiting exec queues again on it, wait and ls look again (docs/cli.md, "Faults").
   so.reestablish_after_expiry = true;
@@ -68,6 +77,7 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   try {
     auto s = std::make_unique<zklock::session>(std::move(so));
     if (g_verbose) say("connected to %s (session 0x%llx)", o.connect->c_str(), static_cast<unsigned long long>(s->id()));
+    if (g_verbose && !o.auth.empty()) say("authenticated as %s", identities(o.auth).c_str());
     return s;
   } catch (const std::invalid_argument& e) {
     usage_error(tidy(e.what()));

@@ -5,9 +5,9 @@ module;
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 export module zklock:session;
 
 // The state behind a session, and zklock's own access to it (both defined in the implementation
@@ -43,12 +43,48 @@ struct auth_info {
 /// Throws: std::invalid_argument if user is empty or contains ':'.
 auth_info digest(std::string_view user, std::string_view password);
 
+/// ZooKeeper's permissions: the bits of acl_entry::perms (zkCli's letters r, w, c, d, a).
+namespace perm {
+inline constexpr int read = 1;    ///< r: read the node's data, list its children
+inline constexpr int write = 2;   ///< w: set the node's data
+inline constexpr int create = 4;  ///< c: create children
+inline constexpr int remove = 8;  ///< d: delete children (ZooKeeper's DELETE)
+inline constexpr int admin = 16;  ///< a: read and set the node's ACL
+inline constexpr int all = 31;    ///< every permission
+}  // namespace perm
+
+/// One entry of a node's ACL: the identity `scheme`:`id` may do what `perms` allows (zkCli writes
+/// it scheme:id:perms, e.g. world:anyone:r or digest:alice:HASH:cdrwa).
+struct acl_entry {
+  int perms = 0;       ///< perm:: bits, 1..31
+  std::string scheme;  ///< "world", "auth", "digest", "ip", ...
+  /// "anyone" (world), ignored (auth: every identity the session authenticated with),
+  /// "user:base64(sha1(user:password))" (digest, see digest_id), an address or a CIDR block (ip).
+  std::string id;
+  friend bool operator==(const acl_entry&, const acl_entry&) = default;
+};
+
+/// Returns: the id ZooKeeper's digest scheme gives `user` with `password`, the id of an acl_entry
+/// for that user: "user:" + base64(sha1("user:password")).
+/// Throws: std::invalid_argument if user is empty or contains ':' (as digest()).
+std::string digest_id(std::string_view user, std::string_view password);
+
 /// How to open a session.
 struct session_options {
   std::string connect;  ///< "host:port[,host:port...][/chroot]"
   std::chrono::milliseconds session_timeout{10'000};  ///< asked of the server (it may clamp it)
   std::chrono::milliseconds connect_timeout{15'000};  ///< the constructor gives up after this
-  std::optional<auth_info> auth;                      ///< sent before the constructor returns
+  /// Credentials, sent in order before the constructor returns (and again by the C client on
+  /// every reconnection); the session has every identity they give. Empty: none.
+  std::vector<auth_info> auth;
+  /// The ACL of every node zklock creates: lock nodes and their missing parents (containers),
+  /// contender nodes, semaphore nodes, the records of tools. Nodes that exist already keep theirs.
+  /// Empty (the default): with credentials, the creator's identities get every permission and
+  /// everybody else READ ({perm::all, "auth", ""}, {perm::read, "world", "anyone"}); without,
+  /// everybody gets every permission. A chosen ACL must let this session read, create and delete
+  /// children (READ, CREATE and DELETE through world:anyone, auth, one of its digest ids, or a
+  /// scheme zklock cannot judge, such as ip): else its contenders could queue but never leave.
+  std::vector<acl_entry> acl;
   bool reestablish_after_expiry = true;  ///< open a new handle by itself when the session expires
   /// How long the session may stay suspended (disconnected) before zklock gives it up: its locks
   /// count as lost (lost_token() fires), the handle is closed so that its nodes cannot come back,
@@ -110,10 +146,13 @@ class session {
   /// category for connect_timeout or chroot_missing; generic category if the C client refuses it.
   explicit session(std::string_view connect);
 
-  /// Effects: connects as `options` say, then sends `options.auth` if any. Returns: once the
+  /// Effects: connects as `options` say, then sends each of `options.auth`. Returns: once the
   /// session is established and authenticated. Throws: as above; std::invalid_argument for
-  /// non-positive timeouts, a session_timeout over 24 h, a negative loss_tolerance, or auth with an
-  /// empty scheme, a NUL character or over 64 KiB; auth_failed (or the server's code) if the
+  /// non-positive timeouts, a session_timeout over 24 h, a negative loss_tolerance, auth with an
+  /// empty scheme, a NUL character or over 64 KiB in all, or an acl entry with an empty scheme,
+  /// perms outside 1..31, a NUL character, world other than "anyone", digest not "user:hash",
+  /// auth without credentials, over 64 KiB in all, or an acl that would not let this session read,
+  /// create and delete children (see session_options::acl); auth_failed (or the server's code) if
   /// credentials are refused.
   explicit session(session_options options);
 

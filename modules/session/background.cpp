@@ -48,7 +48,9 @@ bool refused_delete(int rc) noexcept {
 void log_refused_delete(const std::string& path, int rc) noexcept {
   if (!refused_delete(rc)) return;  // gone, to be retried, or gone with the session
   try {
-    const std::string line = "zklock: the server refused to delete " + path + ": " + zerror(rc) + " (" +
+    const std::string needs =
+        rc == ZNOAUTH ? " (needs DELETE permission on " + std::string{parent_of(path)} + ")" : std::string{};
+    const std::string line = "zklock: the server refused to delete " + path + needs + ": " + zerror(rc) + " (" +
                              std::to_string(rc) + "); it stays until its session ends";
     zk_log_line(line.c_str());
   } catch (...) {  // allocation failure, or a throwing log handler: nothing more to do

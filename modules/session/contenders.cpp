@@ -53,10 +53,18 @@ ACL_vector CREATOR_ALL_WORLD_READ_ACL{2, g_creator_all_world_read};
 
 }  // namespace
 
-/// Returns: the ACL of the nodes zklock creates: creator-all + world-read with credentials
-/// (see above), ZOO_OPEN_ACL_UNSAFE without.
+chosen_acl::chosen_acl(const session_options& o) {
+  entries.reserve(o.acl.size());
+  for (const zklock::acl_entry& e : o.acl)  // (the C client's Id has char*, and only reads it)
+    entries.push_back({e.perms, {const_cast<char*>(e.scheme.c_str()), const_cast<char*>(e.id.c_str())}});
+  vector = {static_cast<std::int32_t>(entries.size()), entries.data()};
+}
+
+/// Returns: the ACL of the nodes zklock creates: session_options::acl if it chooses one, else
+/// creator-all + world-read with credentials (see above), ZOO_OPEN_ACL_UNSAFE without.
 ACL_vector* contender_acl(session_impl& s) {
-  return s.opts.auth ? &CREATOR_ALL_WORLD_READ_ACL : &ZOO_OPEN_ACL_UNSAFE;
+  if (s.acl.vector.count > 0) return &s.acl.vector;
+  return s.opts.auth.empty() ? &ZOO_OPEN_ACL_UNSAFE : &CREATOR_ALL_WORLD_READ_ACL;
 }
 
 /// Creates every missing ancestor of `path` and `path` itself as container nodes.
@@ -65,12 +73,13 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
   for (std::size_t pos = 1; pos <= path.size(); ++pos) {
     if (pos != path.size() && path[pos] != '/') continue;
     const std::string prefix = path.substr(0, pos);
+    const call_name what{"zklock: creating ", prefix, "CREATE", parent_of(prefix)};
     if (sent) ++*sent;
-    auto rc = s.call(deadline, g, {"zklock: creating ", prefix}, [&](zhandle_t* zh) {
+    auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) {
       return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
     });
     if (!rc) return std::nullopt;
-    if (*rc != ZOK && *rc != ZNODEEXISTS) return rc;
+    if (*rc != ZOK && *rc != ZNODEEXISTS) fail(*rc, what);
   }
   return ZOK;
 }
@@ -86,7 +95,7 @@ namespace {
 bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g, clock::time_point deadline,
                      std::size_t* sent) {
   if (s.deletable.contains(lock_path)) return true;
-  const call_name what{"zklock: reading the ACL of ", lock_path};
+  const call_name what{"zklock: reading the ACL of ", lock_path, "READ or ADMIN", lock_path};
   ACL_vector acl{};
   struct Stat st {};
   if (sent) ++*sent;
@@ -98,12 +107,15 @@ bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_
       entries.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
                          acl.data[i].id.id ? acl.data[i].id.id : ""});
     deallocate_ACL_vector(&acl);
-    const std::string me =
-        s.opts.auth && s.opts.auth->scheme == "digest" ? digest_identity(s.opts.auth->credential) : std::string{};
-    if (!acl_may_delete(entries, me))
+    bool may_delete = acl_may_delete(entries, {});  // as anyone (world, or a scheme zklock cannot judge)
+    for (const auth_info& a : s.opts.auth)  // or as one of our digest users
+      if (!may_delete && a.scheme == "digest" && a.credential.find(':') != std::string::npos)
+        may_delete = acl_may_delete(entries, digest_identity(a.credential));
+    if (!may_delete)
       throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
-                                     " does not let this session delete its contender node again (no DELETE "
-                                     "permission for world:anyone or our digest user): refusing to queue there");
+                                     " does not let this session delete its contender node again (needs DELETE "
+                                     "permission on " + lock_path +
+                                     " for world:anyone or one of our digest users): refusing to queue there");
   } else if (*rc != ZNONODE) {
     fail(*rc, what);
   }
@@ -180,7 +192,7 @@ extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, cons
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline, std::size_t* sent) {
   session_impl& s = impl_of(sess);
-  const call_name what{"zklock: queueing under ", lock_path};
+  const call_name what{"zklock: queueing under ", lock_path, "CREATE", lock_path};
   const std::uint64_t g = s.states.live_generation(what);
   if (!check_deletable(s, lock_path, g, deadline, sent)) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
@@ -230,8 +242,8 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
                                                bool maybe_created, std::size_t* sent) {
   const std::string node_prefix = lock_path + "/" + prefix;
-  const call_name looking{"zklock: looking for our contender under ", lock_path};
-  const call_name creating{"zklock: creating a contender under ", lock_path};
+  const call_name looking{"zklock: looking for our contender under ", lock_path, "READ", lock_path};
+  const call_name creating{"zklock: creating a contender under ", lock_path, "CREATE", lock_path};
   auto give_up = [&]() -> std::optional<held_node> {
     if (maybe_created) s.defer_delete({lock_path, prefix, g});
     return std::nullopt;
@@ -277,9 +289,7 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
     }
     if (rc == ZOK) return held_node{created, st.czxid, g};
     if (rc == ZNONODE) {
-      auto rc2 = ensure_containers(s, lock_path, g, deadline, sent);
-      if (!rc2) return give_up();
-      if (*rc2 != ZOK) fail(*rc2, {"zklock: creating ", lock_path});
+      if (!ensure_containers(s, lock_path, g, deadline, sent)) return give_up();
       continue;
     }
     if (!answered(rc, creating)) {

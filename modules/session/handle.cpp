@@ -142,7 +142,9 @@ void session_impl::open_handle(bool first) {
     fail(errc::connect_timeout, "zklock::session: no session with \"" + opts.connect + "\" within " +
                                     std::to_string(opts.connect_timeout.count()) + " ms");
   if (opened == state_machine::opened::auth_failed) fail(errc::auth_failed, "zklock::session: authentication failed");
-  if (opts.auth) {
+  // Each credential in order, each answered before the next is sent; the C client keeps them all
+  // and sends them again on every reconnection.
+  for (const auth_info& auth : opts.auth) {
     struct auth_wait {
       std::mutex m;
       std::condition_variable c;
@@ -155,8 +157,7 @@ void session_impl::open_handle(bool first) {
     {
       std::shared_lock hl{handle.mu};
       rc = zoo_add_auth(
-          handle.zh, opts.auth->scheme.c_str(), opts.auth->credential.data(),
-          static_cast<int>(opts.auth->credential.size()),
+          handle.zh, auth.scheme.c_str(), auth.credential.data(), static_cast<int>(auth.credential.size()),
           [](int rc2, const void* data) {
             auto* p = static_cast<std::shared_ptr<auth_wait>*>(const_cast<void*>(data));
             {
@@ -171,17 +172,17 @@ void session_impl::open_handle(bool first) {
     }
     if (rc != ZOK) {
       delete held;
-      fail(static_cast<errc>(rc), "zklock::session: addauth");
+      fail(static_cast<errc>(rc), "zklock::session: addauth (" + auth.scheme + ")");
     }
     std::unique_lock l{w->m};
     if (!w->c.wait_until(l, deadline, [&] { return w->done; })) {
       l.unlock();
-      fail(errc::connect_timeout, "zklock::session: no answer to addauth within connect_timeout");
+      fail(errc::connect_timeout, "zklock::session: no answer to addauth (" + auth.scheme + ") within connect_timeout");
     }
     if (w->rc != ZOK) {
       const int r = w->rc;
       l.unlock();
-      fail(static_cast<errc>(r), "zklock::session: authentication (" + opts.auth->scheme + ") refused");
+      fail(static_cast<errc>(r), "zklock::session: authentication (" + auth.scheme + ") refused");
     }
   }
   if (!chroot.empty()) {

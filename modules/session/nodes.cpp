@@ -71,8 +71,8 @@ bool check_not_semaphore(session& sess, const std::string& lock_path, clock::tim
 
 void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
   session_impl& s = impl_of(sess);
-  const call_name opening{"zklock: opening semaphore ", path};
-  const call_name creating{"zklock: creating semaphore ", path};
+  const call_name opening{"zklock: opening semaphore ", path, "READ", path};
+  const call_name creating{"zklock: creating semaphore ", path, "CREATE", parent_of(path)};
   const auto g = s.states.live_generation(opening);
   const auto deadline = clock::now() + s.opts.connect_timeout;
   const std::string want = "leases=" + std::to_string(leases);
@@ -96,9 +96,7 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
     if (*rc != ZNONODE) fail(*rc, opening);
     const auto parent = path.substr(0, path.rfind('/'));
     if (!parent.empty()) {
-      auto rc2 = ensure_containers(s, parent, g, deadline);
-      if (!rc2) throw_error(errc::operation_timeout, opening.text());
-      if (*rc2 != ZOK) fail(*rc2, {"zklock: creating ", parent});
+      if (!ensure_containers(s, parent, g, deadline)) throw_error(errc::operation_timeout, opening.text());
     }
     auto rc3 = s.call(deadline, g, creating, [&](zhandle_t* zh) {
       return zoo_create(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
@@ -111,7 +109,7 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
 
 std::optional<node_info> read_node(session& sess, const std::string& path) {
   session_impl& s = impl_of(sess);
-  const call_name what{"zklock: reading ", path};
+  const call_name what{"zklock: reading ", path, "READ", path};
   const auto deadline = clock::now() + s.opts.connect_timeout;
   std::string buf(4096, '\0');
   int len = 0;
@@ -129,7 +127,7 @@ std::optional<node_info> read_node(session& sess, const std::string& path) {
 
 bool create_ephemeral(session& sess, const std::string& path, std::string_view data) {
   session_impl& s = impl_of(sess);
-  const call_name what{"zklock: creating ", path};
+  const call_name what{"zklock: creating ", path, "CREATE", parent_of(path)};
   const auto deadline = clock::now() + s.opts.connect_timeout;
   auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
     return zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s), ZOO_EPHEMERAL,

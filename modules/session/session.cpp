@@ -5,6 +5,7 @@
 // handle itself: handle.cpp.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,6 +51,10 @@ auth_info digest(std::string_view user, std::string_view password) {
   cred += ':';
   cred += password;
   return {"digest", std::move(cred)};
+}
+
+std::string digest_id(std::string_view user, std::string_view password) {
+  return detail::digest_identity(digest(user, password).credential);
 }
 
 namespace detail {
@@ -249,6 +254,76 @@ session_options from_connect(std::string_view connect) {
   o.connect = std::string{connect};
   return o;
 }
+
+constexpr std::size_t max_auth_bytes = 64 * 1024;  // in one request, beyond which the server drops the connection
+
+/// Effects: checks options.auth (see session's constructor). Throws: std::invalid_argument.
+void validate_auth(const session_options& options) {
+  std::size_t bytes = 0;
+  for (const auth_info& a : options.auth) {
+    if (a.scheme.empty()) throw std::invalid_argument("zklock::session: auth scheme is empty");
+    if (a.scheme.find('\0') != std::string::npos || a.credential.find('\0') != std::string::npos)
+      throw std::invalid_argument("zklock::session: auth scheme or credential contains a NUL character");
+    if (a.scheme == "digest" && a.credential.find(':') == std::string::npos)
+      throw std::invalid_argument("zklock::session: a digest credential is \"user:password\" (see zklock::digest)");
+    bytes += a.scheme.size() + a.credential.size();
+  }
+  if (bytes > max_auth_bytes)
+    throw std::invalid_argument("zklock::session: auth schemes and credentials are over 64 KiB (the server would drop the connection)");
+}
+
+/// Returns: "scheme:id" of `e`, for messages.
+std::string acl_name(const acl_entry& e) { return e.scheme + ":" + e.id; }
+
+/// Effects: checks options.acl: each entry well formed, and the whole letting this session read,
+/// create and delete children of the nodes it creates (ZooKeeper checks CREATE and DELETE on the
+/// parent: without them a contender could not queue, or could queue and never leave).
+/// Throws: std::invalid_argument naming the entry or the missing permission.
+void validate_acl(const session_options& options) {
+  if (options.acl.empty()) return;
+  std::vector<std::string> my_digest_ids;
+  for (const auth_info& a : options.auth)
+    if (a.scheme == "digest" && a.credential.find(':') != std::string::npos)
+      my_digest_ids.push_back(detail::digest_identity(a.credential));
+  std::size_t bytes = 0;
+  int mine = 0;  // the permissions this session gets from the ACL
+  for (const acl_entry& e : options.acl) {
+    const std::string what = "zklock::session: acl entry \"" + acl_name(e) + "\": ";
+    if (e.scheme.empty()) throw std::invalid_argument(what + "empty scheme");
+    if (e.scheme.find('\0') != std::string::npos || e.id.find('\0') != std::string::npos)
+      throw std::invalid_argument(what + "contains a NUL character");
+    if (e.perms < 1 || e.perms > perm::all)
+      throw std::invalid_argument(what + "perms " + std::to_string(e.perms) + " outside 1..31 (perm:: bits)");
+    bool applies = true;  // schemes zklock cannot judge from the client side (ip, sasl, x509, ...)
+    if (e.scheme == "world") {
+      if (e.id != "anyone") throw std::invalid_argument(what + "the world scheme has one id, \"anyone\"");
+    } else if (e.scheme == "auth") {
+      if (options.auth.empty())
+        throw std::invalid_argument(what + "the auth scheme stands for the session's credentials, and it has none");
+    } else if (e.scheme == "digest") {
+      const auto colon = e.id.find(':');
+      if (colon == 0 || colon == std::string::npos || colon + 1 == e.id.size() ||
+          e.id.find(':', colon + 1) != std::string::npos)
+        throw std::invalid_argument(what + "a digest id is \"user:base64(sha1(user:password))\" (see zklock::digest_id)");
+      applies = std::find(my_digest_ids.begin(), my_digest_ids.end(), e.id) != my_digest_ids.end();
+    }
+    if (applies) mine |= e.perms;
+    bytes += e.scheme.size() + e.id.size();
+  }
+  if (bytes > max_auth_bytes)
+    throw std::invalid_argument("zklock::session: acl entries are over 64 KiB (the server would drop the connection)");
+  constexpr int needed = perm::read | perm::create | perm::remove;
+  if ((mine & needed) != needed) {
+    constexpr std::pair<int, const char*> rights[] = {
+        {perm::read, "READ"}, {perm::create, "CREATE"}, {perm::remove, "DELETE"}};
+    std::string missing;
+    for (const auto& [bit, name] : rights)
+      if (!(mine & bit)) missing += (missing.empty() ? "" : ", ") + std::string{name};
+    throw std::invalid_argument("zklock::session: the acl does not give this session " + missing +
+                                " (it must read, create and delete its contender nodes under the lock nodes it "
+                                "creates: give them to world:anyone, auth, or its digest id)");
+  }
+}
 }  // namespace
 
 session::session(std::string_view connect) : session(from_connect(connect)) {}
@@ -261,13 +336,8 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: connect_timeout must be positive");
   if (options.session_timeout > std::chrono::hours{24})
     throw std::invalid_argument("zklock::session: session_timeout is unreasonably long");
-  if (options.auth && options.auth->scheme.empty())
-    throw std::invalid_argument("zklock::session: auth scheme is empty");
-  if (options.auth && (options.auth->scheme.find('\0') != std::string::npos ||
-                       options.auth->credential.find('\0') != std::string::npos))
-    throw std::invalid_argument("zklock::session: auth scheme or credential contains a NUL character");
-  if (options.auth && options.auth->scheme.size() + options.auth->credential.size() > 64 * 1024)
-    throw std::invalid_argument("zklock::session: auth scheme and credential are over 64 KiB (the server would drop the connection)");
+  validate_auth(options);
+  validate_acl(options);
   if (options.loss_tolerance < std::chrono::milliseconds::zero())
     throw std::invalid_argument("zklock::session: loss_tolerance must not be negative (zero = the default)");
   if (options.look_ahead_round_trip < std::chrono::microseconds::zero())

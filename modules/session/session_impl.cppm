@@ -85,15 +85,38 @@ static_assert(meaning_of(ZCONNECTIONLOSS) == rc_meaning::unknown_outcome &&
               meaning_of(ZINVALIDSTATE) == rc_meaning::session_expired &&
               meaning_of(ZCLOSING) == rc_meaning::session_closed && meaning_of(ZOK) == rc_meaning::answered);
 
-/// Names a call in messages: `call` and then `path`, e.g. {"zklock: listing ", "/locks/x"}. Two
-/// views, cheap to pass: the text is made only when something is thrown.
+/// Returns: the parent of the absolute path `path` ("/a/b" -> "/a", "/a" -> "/"), a view of it.
+inline std::string_view parent_of(std::string_view path) noexcept {
+  const auto slash = path.rfind('/');
+  return path.substr(0, slash == 0 || slash == std::string_view::npos ? 1 : slash);
+}
+
+/// Names a call in messages: `call` and then `path`, e.g. {"zklock: listing ", "/locks/x"}, and
+/// what the call needs of the ACLs: the permission `needs` on the node `needs_on` (ZooKeeper checks
+/// READ on the node read, CREATE and DELETE on the parent), e.g. {..., "READ", "/locks/x"}, which a
+/// refusal's message names. Views, cheap to pass: the text is made only when something is thrown.
 struct call_name {
   std::string_view call;
   std::string_view path{};
+  std::string_view needs{};     ///< e.g. "CREATE"; empty: not named
+  std::string_view needs_on{};  ///< the node it is checked on
   /// Returns: the name, e.g. "zklock: listing /locks/x".
   std::string text() const {
     std::string t{call};
     t += path;
+    return t;
+  }
+  /// Returns: the name, and for a refusal for lack of permission (rc ZNOAUTH) what the call needs,
+  /// e.g. "zklock: listing /locks/x (needs READ permission on /locks/x)".
+  std::string text(int rc) const {
+    std::string t = text();
+    if (rc == ZNOAUTH && !needs.empty()) {
+      t += " (needs ";
+      t += needs;
+      t += " permission on ";
+      t += needs_on;
+      t += ')';
+    }
     return t;
   }
 };
@@ -101,8 +124,9 @@ struct call_name {
 /// Returns: whether `rc` leaves a request's outcome unknown (it may or may not have been served).
 inline bool unknown_outcome(int rc) noexcept { return meaning_of(rc) == rc_meaning::unknown_outcome; }
 
-/// Throws: std::system_error with the C client's code `rc` (the zklock category mirrors it), naming `what`.
-[[noreturn]] inline void fail(int rc, const call_name& what) { throw_error(static_cast<errc>(rc), what.text()); }
+/// Throws: std::system_error with the C client's code `rc` (the zklock category mirrors it), naming
+/// `what` (and for ZNOAUTH the permission it needs).
+[[noreturn]] inline void fail(int rc, const call_name& what) { throw_error(static_cast<errc>(rc), what.text(rc)); }
 
 /// The one mapping of a C-client return code, for the call `what` that got it.
 /// Returns: true if the server answered (`rc` is its answer: ZOK, or a refusal for the caller to
@@ -444,13 +468,25 @@ class path_set {
 
 // ---- the session -----------------------------------------------------------------------------------
 
+/// session_options::acl in the C client's shape: the ACL of the nodes a session creates, when the
+/// options choose one (contenders.cpp). Its strings view the options' own.
+struct chosen_acl {
+  /// Effects: converts `o.acl` (o must outlive this).
+  explicit chosen_acl(const session_options& o);
+  chosen_acl(const chosen_acl&) = delete;
+  chosen_acl& operator=(const chosen_acl&) = delete;
+  std::vector<ACL> entries;
+  ACL_vector vector{};  ///< views `entries`; count 0 when the options choose none
+};
+
 /// A session: its options and parts, and what takes several parts (opening and closing the handle,
 /// the worker's loop, close()).
 struct session_impl {
   /// Effects: a session of `o`, not connected yet (open_handle connects it).
-  explicit session_impl(session_options o) : opts(std::move(o)), states(opts) {}
+  explicit session_impl(session_options o) : opts(std::move(o)), acl(opts), states(opts) {}
 
   const session_options opts;
+  chosen_acl acl;  // of the nodes it creates, if opts.acl chooses one
   std::string chroot;
   round_trip_meter round_trips;  // its reads' latencies (look_ahead)
 
@@ -549,13 +585,14 @@ inline session_impl& impl_of(const session& s) noexcept { return session_access:
 
 // -- contender nodes' ACL and parents (contenders.cpp), also for the semaphore node ------------
 
-/// Returns: the ACL of the nodes zklock creates: creator-all + world-read with credentials,
-/// ZOO_OPEN_ACL_UNSAFE without.
+/// Returns: the ACL of the nodes zklock creates: session_options::acl if it chooses one, else
+/// creator-all + world-read with credentials, ZOO_OPEN_ACL_UNSAFE without.
 ACL_vector* contender_acl(session_impl& s);
 
 /// Effects: creates every missing ancestor of `path` and `path` itself as container nodes.
-/// Returns: ZOK, the first refusal's code, or nullopt at the deadline.
-/// Throws: errc::session_closed / errc::session_expired (session_impl::call).
+/// Returns: ZOK, or nullopt at the deadline.
+/// Throws: errc::session_closed / errc::session_expired (session_impl::call); the server's refusal
+/// of a create (e.g. no_auth, naming the node and CREATE on its parent).
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
                                      clock::time_point deadline, std::size_t* sent = nullptr);
 

@@ -110,7 +110,7 @@ namespace {
 std::optional<node_seen> watch_node(session& sess, const std::string& path, const std::shared_ptr<wake_target>& watcher,
                                     clock::time_point deadline) {
   session_impl& s = impl_of(sess);
-  const call_name what{"zklock: watching ", path};
+  const call_name what{"zklock: watching ", path, "READ", path};
   char buf[1];
   struct Stat st {};
   const std::uint64_t g = s.states.live_generation(what);
@@ -133,7 +133,7 @@ std::optional<std::vector<std::string>> list_children(session& sess, const std::
                                                       const std::shared_ptr<wake_target>& watcher,
                                                       clock::time_point deadline) {
   session_impl& s = impl_of(sess);
-  const call_name what{"zklock: listing ", path};
+  const call_name what{"zklock: listing ", path, "READ", path};
   String_vector kids{};
   const std::uint64_t g = s.states.live_generation(what);
   const std::uint64_t group = watcher ? s.watches.join(path, true, watcher) : 0;
@@ -250,7 +250,7 @@ std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vect
     std::vector<std::size_t> again;
     for (const std::size_t i : todo) {
       const int rc = r.rc[i];
-      const call_name what{"zklock: watching ", slots[i]->path};
+      const call_name what{"zklock: watching ", slots[i]->path, "READ", slots[i]->path};
       if (rc == ZOK) continue;
       if (rc == ZNONODE) {  // gone already: nothing armed
         seen[i] = node_seen::gone;

@@ -4,6 +4,11 @@
 // else only READ: a stranger can watch the queue, but neither queue under the lock (NOAUTH on
 // create → errc::no_auth) nor delete a holder's node (ZooKeeper checks DELETE on the parent).
 // Sessions of the same digest user share the rights. Without credentials everything stays open.
+// session_options::acl chooses another ACL for the nodes zklock creates (stored as given, with
+// "auth" expanded to every identity of the session); a malformed one, or one that would not let
+// the session read, create and delete children, is refused before anything is sent. A refusal for
+// lack of permission names the node and the permission the call needed.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -15,6 +20,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 #include "expect_error.hpp"
 #include "zk_test.hpp"
@@ -27,7 +33,7 @@ constexpr int znoauth = static_cast<int>(zklock::errc::no_auth);  // the C clien
 
 zklock::session_options as(std::string_view user) {
   auto o = zkt::options();
-  if (!user.empty()) o.auth = zklock::digest(user, "pw");
+  if (!user.empty()) o.auth = {zklock::digest(user, "pw")};
   return o;
 }
 
@@ -335,6 +341,173 @@ TEST_F(Acl, ALockNodeThatWouldRefuseOurDeleteRefusesToQueue) {
   }
   alice_raw.remove(base);
   zkt::remove(base + "-other");
+}
+
+/// Returns: `acl` in a canonical order, to compare ACLs as sets.
+std::vector<zkt::acl_entry> sorted(std::vector<zkt::acl_entry> acl) {
+  std::sort(acl.begin(), acl.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.scheme, a.id, a.perms) < std::tie(b.scheme, b.id, b.perms);
+  });
+  return acl;
+}
+
+/// Returns: `acl` as text, "scheme:id:perms" per line, for messages.
+std::string text_of(const std::vector<zkt::acl_entry>& acl) {
+  std::string out;
+  for (const auto& e : acl) out += e.scheme + ":" + e.id + ":" + std::to_string(e.perms) + "\n";
+  return out;
+}
+
+/// Expects the server to store `want` (in any order) as the ACL of `path` (read as alice, who has
+/// ADMIN there: the server shows others digest ids as "user:x").
+void expect_acl(const std::string& path, const std::vector<zkt::acl_entry>& want) {
+  const auto acl = zkt::raw_client("alice", "pw").acl(path);
+  ASSERT_TRUE(acl) << "cannot read the ACL of " << path;
+  EXPECT_EQ(text_of(sorted(*acl)), text_of(sorted(want))) << "the ACL of " << path;
+}
+
+TEST_F(Acl, TheChosenAclIsTheOneTheServerStores) {
+  const std::string base = zkt::unique_path("acl-chosen");
+  const std::string path = base + "/lock";
+  // Two credentials: "auth" stands for both identities. carol may read and administer; anybody
+  // may read (so that the unauthenticated helpers can check what is stored).
+  auto o = zkt::options();
+  o.auth = {zklock::digest("alice", "pw"), zklock::digest("bob", "pw")};
+  o.acl = {{zklock::perm::all, "auth", ""},
+           {zklock::perm::read | zklock::perm::admin, "digest", zklock::digest_id("carol", "pw")},
+           {zklock::perm::read, "world", "anyone"}};
+  const std::vector<zkt::acl_entry> stored{{zkt::perm::all, "digest", zklock::digest_id("alice", "pw")},
+                                           {zkt::perm::all, "digest", zklock::digest_id("bob", "pw")},
+                                           {zkt::perm::read | zkt::perm::admin, "digest", zklock::digest_id("carol", "pw")},
+                                           {zkt::perm::read, "world", "anyone"}};
+  EXPECT_EQ(zklock::digest_id("alice", "pw"), "alice:V55/p2T0OpjQ+low3NVAH4aLvm0=");  // as the server computes it
+  zklock::session s{o};
+  zklock::mutex m{s, path};
+  m.lock();
+  const auto kids = zkt::children(path);
+  ASSERT_EQ(kids.size(), 1u);
+  expect_acl(base, stored);                  // a missing parent, created as a container
+  expect_acl(path, stored);                  // the lock node
+  expect_acl(path + "/" + kids[0], stored);  // the contender node
+  {  // the semaphore node and a lease
+    zklock::counting_semaphore sem{s, base + "/sem", 2};
+    sem.acquire();
+    const auto leases = zkt::children(base + "/sem");
+    ASSERT_EQ(leases.size(), 1u);
+    expect_acl(base + "/sem", stored);
+    expect_acl(base + "/sem/" + leases[0], stored);
+    sem.release();
+  }
+  {  // bob's identity is in the ACL: a session of bob alone queues and leaves
+    zklock::session b{as("bob")};
+    zklock::mutex other{b, path};
+    EXPECT_FALSE(other.try_lock());
+    m.unlock();
+    EXPECT_TRUE(other.try_lock());
+    other.unlock();
+  }
+  {  // carol may read but not queue
+    zklock::session c{as("carol")};
+    zklock::mutex other{c, path};
+    expect_error([&] { other.lock(); }, zklock::errc::no_auth, "carol lock()");
+  }
+  EXPECT_EQ(zkt::children(path), std::vector<std::string>{});
+  remove_as("alice", base);
+}
+
+TEST_F(Acl, AnAclThatCannotWorkIsRefused) {
+  using zklock::perm::all;
+  struct bad_acl {
+    const char* what;
+    std::vector<zklock::auth_info> auth;
+    std::vector<zklock::acl_entry> acl;
+  };
+  const auto alice = zklock::digest("alice", "pw");
+  const std::vector<bad_acl> cases = {
+      {"empty scheme", {}, {{all, "", "anyone"}}},
+      {"perms 0", {}, {{0, "world", "anyone"}}},
+      {"perms 32", {}, {{32, "world", "anyone"}}},
+      {"perms -1", {}, {{-1, "world", "anyone"}}},
+      {"NUL in the id", {}, {{all, "world", std::string{"any\0one", 7}}}},
+      {"NUL in the scheme", {}, {{all, std::string{"wor\0ld", 6}, "anyone"}}},
+      {"world but not anyone", {}, {{all, "world", "someone"}}},
+      {"digest id without its hash", {alice}, {{all, "digest", "alice"}}},
+      {"digest id with an empty user", {alice}, {{all, "digest", ":abc="}}},
+      {"auth without credentials", {}, {{all, "auth", ""}}},
+      {"no DELETE for us", {}, {{zklock::perm::read | zklock::perm::create, "world", "anyone"}}},
+      {"no READ for us", {alice}, {{zklock::perm::create | zklock::perm::remove, "auth", ""}}},
+      {"someone else's digest only", {alice}, {{all, "digest", zklock::digest_id("bob", "pw")}}},
+      {"over 64 KiB", {}, {{all, "world", "anyone"}, {all, "ip", std::string(70'000, '1')}}},
+      {"a digest credential without ':'", {{"digest", "alice"}}, {}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto o = zkt::options();
+    o.auth = c.auth;
+    o.acl = c.acl;
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW({ zklock::session s{o}; }, std::invalid_argument);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "refused only after talking to the server";
+  }
+  // The ones that work: this digest user, or a scheme zklock cannot judge (the server decides).
+  for (const auto& acl : std::vector<std::vector<zklock::acl_entry>>{
+           {{all, "digest", zklock::digest_id("alice", "pw")}},
+           {{zklock::perm::read, "world", "anyone"}, {zklock::perm::create | zklock::perm::remove, "auth", ""}}}) {
+    auto o = as("alice");
+    o.acl = acl;
+    EXPECT_NO_THROW({ zklock::session s{o}; }) << acl.front().scheme;
+  }
+  // The server refuses what only it can judge, e.g. an ip entry that is no address.
+  const std::string path = zkt::unique_path("acl-server-refuses");
+  auto o = as("");
+  o.acl = {{all, "ip", "not-an-address"}};
+  zklock::session s{o};
+  zklock::mutex m{s, path};
+  expect_error([&] { m.lock(); }, zklock::errc::invalid_acl, "lock() with an ip entry that is no address");
+  EXPECT_FALSE(zkt::exists(path));
+}
+
+/// Returns: what `f` throws as std::system_error (empty if nothing or something else).
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::system_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST_F(Acl, ARefusalNamesTheNodeAndThePermission) {
+  const std::string base = zkt::unique_path("acl-message");
+  zkt::raw_client alice_raw{"alice", "pw"};
+  ASSERT_EQ(alice_raw.create_with_world(base, zkt::perm::read), 0);  // alice: all; others: READ
+  zklock::session bob{as("bob")};
+  {  // a missing lock node under it: its create needs CREATE on base
+    zklock::mutex m{bob, base + "/job"};
+    const std::string what = message_of([&] { m.lock(); });
+    EXPECT_NE(what.find("creating " + base + "/job (needs CREATE permission on " + base + ")"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("not authorised"), std::string::npos) << what;
+    // (the constructor creates the semaphore node)
+    const std::string sem_what = message_of([&] { zklock::counting_semaphore sem{bob, base + "/sem", 2}; });
+    EXPECT_NE(sem_what.find("creating semaphore " + base + "/sem (needs CREATE permission on " + base + ")"),
+              std::string::npos)
+        << sem_what;
+  }
+  {  // the lock node itself, whose ACL would not let bob delete his contender node again
+    zklock::mutex m{bob, base};
+    const std::string what = message_of([&] { m.lock(); });
+    EXPECT_NE(what.find("needs DELETE permission on " + base), std::string::npos) << what;
+  }
+  {  // an unreadable lock node: listing it needs READ
+    const std::string hidden = base + "-hidden";
+    ASSERT_EQ(alice_raw.create_with_world(hidden, zkt::perm::create | zkt::perm::remove), 0);
+    const std::string what = message_of([&] { (void)zklock::contenders(bob, hidden); });
+    EXPECT_NE(what.find("listing " + hidden + " (needs READ permission on " + hidden + ")"), std::string::npos) << what;
+    EXPECT_EQ(alice_raw.remove(hidden), 0);
+  }
+  EXPECT_EQ(alice_raw.remove(base), 0);
 }
 
 }  // namespace

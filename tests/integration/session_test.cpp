@@ -245,7 +245,7 @@ TEST(SessionAuth, DigestCredentialsAreSentAndEnforced) {
 
   {  // alice may create under her node
     auto o = zkt::options();
-    o.auth = zklock::digest("alice", "secret");
+    o.auth = {zklock::digest("alice", "secret")};
     zklock::session s{o};
     zklock::mutex m{s, node};
     m.lock();
@@ -257,10 +257,10 @@ TEST(SessionAuth, DigestCredentialsAreSentAndEnforced) {
   }
 
   auto bob = zkt::options();
-  bob.auth = zklock::digest("bob", "secret");
+  bob.auth = {zklock::digest("bob", "secret")};
   auto nobody = zkt::options();
   for (const auto* o : {&bob, &nobody}) {
-    const std::string who = o->auth ? "bob" : "no auth";
+    const std::string who = o->auth.empty() ? "no auth" : "bob";
     zklock::session s{*o};
     for (const std::string& path : {node, node + "/deeper"}) {
       zklock::mutex m{s, path};
@@ -276,7 +276,7 @@ TEST(SessionAuth, DigestCredentialsAreSentAndEnforced) {
 
 TEST(SessionAuth, UnknownSchemeFailsTheConstructor) {
   auto o = zkt::options();
-  o.auth = zklock::auth_info{"bogus", "x"};
+  o.auth = {zklock::auth_info{"bogus", "x"}};
   expect_error([&] { zklock::session s{o}; }, zklock::errc::auth_failed, "scheme bogus");
 }
 
@@ -678,10 +678,10 @@ TEST(SessionBadInput, MalformedInputIsRejectedAtOnce) {
       {"session_timeout 25 h", [](auto& o) { o.session_timeout = 25h; }},
       {"connect_timeout 0", [](auto& o) { o.connect_timeout = 0ms; }},
       {"connect_timeout -1 ms", [](auto& o) { o.connect_timeout = -1ms; }},
-      {"empty auth scheme", [](auto& o) { o.auth = zklock::auth_info{"", "x"}; }},
-      {"NUL in the credential", [](auto& o) { o.auth = zklock::auth_info{"digest", std::string{"u:p\0w", 5}}; }},
-      {"NUL in the scheme", [](auto& o) { o.auth = zklock::auth_info{std::string{"dig\0est", 7}, "u:p"}; }},
-      {"1 MiB credential", [](auto& o) { o.auth = zklock::digest("u", std::string(1 << 20, 'p')); }},
+      {"empty auth scheme", [](auto& o) { o.auth = {zklock::auth_info{"", "x"}}; }},
+      {"NUL in the credential", [](auto& o) { o.auth = {zklock::auth_info{"digest", std::string{"u:p\0w", 5}}}; }},
+      {"NUL in the scheme", [](auto& o) { o.auth = {zklock::auth_info{std::string{"dig\0est", 7}, "u:p"}}; }},
+      {"1 MiB credential", [](auto& o) { o.auth = {zklock::digest("u", std::string(1 << 20, 'p'))}; }},
       {"negative loss_tolerance", [](auto& o) { o.loss_tolerance = -1ms; }},
       {"negative look_ahead_round_trip", [](auto& o) { o.look_ahead_round_trip = -1us; }},
   };

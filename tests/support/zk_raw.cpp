@@ -418,16 +418,25 @@ bool remove(const std::string& path) { return zoo_delete(observer(), path.c_str(
 
 namespace zkt {
 
-std::optional<std::vector<acl_entry>> acl_of(const std::string& path) {
+namespace {
+/// Returns: the ACL of `path` as the handle `zh` reads it, or nullopt if the call failed.
+std::optional<std::vector<acl_entry>> acl_through(zhandle_t* zh, const std::string& path) {
   ACL_vector acl{};
   struct Stat st {};
-  if (zoo_get_acl(observer(), path.c_str(), &acl, &st) != ZOK) return std::nullopt;
+  if (zoo_get_acl(zh, path.c_str(), &acl, &st) != ZOK) return std::nullopt;
   std::vector<acl_entry> out;
   for (int i = 0; i < acl.count; ++i)
     out.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
                    acl.data[i].id.id ? acl.data[i].id.id : ""});
   deallocate_ACL_vector(&acl);
   return out;
+}
+}  // namespace
+
+std::optional<std::vector<acl_entry>> acl_of(const std::string& path) { return acl_through(observer(), path); }
+
+std::optional<std::vector<acl_entry>> raw_client::acl(const std::string& path) {
+  return acl_through(static_cast<zhandle_t*>(zh_), path);
 }
 
 raw_client::raw_client(std::string_view user, std::string_view password) {

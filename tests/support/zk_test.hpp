@@ -158,7 +158,8 @@ struct acl_entry {
   std::string id;
 };
 
-/// Returns: the ACL of `path` (read without credentials), or nullopt if the call failed.
+/// Returns: the ACL of `path` (read without credentials: the server shows digest ids as "user:x"
+/// to a reader without ADMIN on the node), or nullopt if the call failed.
 std::optional<std::vector<acl_entry>> acl_of(const std::string& path);
 
 /// A raw C-client handle, authenticated as digest `user:password` or, with an empty user, not at
@@ -182,6 +183,10 @@ class raw_client {
   /// Effects: replaces the ACL of `path` with one entry: everybody gets `world_perms` (perm:: bits).
   /// Needs ADMIN on the node. Returns: the C client's return code.
   int set_world_acl(const std::string& path, int world_perms);
+
+  /// Returns: the ACL of `path` as this client reads it (digest ids in full if it has ADMIN on
+  /// the node), or nullopt if the call failed.
+  std::optional<std::vector<acl_entry>> acl(const std::string& path);
 
   /// Effects: creates an ephemeral sequential node named `prefix` plus a sequence number, open to
   /// everyone, owned by this client's session. Returns: its full path, or nullopt on failure.
