@@ -5,8 +5,11 @@
 //   values.cpp          option values: durations and signals
 //   auth.cpp            credentials (--auth, --auth-file, $ZKLOCK_AUTH) and exec's --acl
 //   session.cpp         opening the session, and which exit code a library error means
+//   diagnose.cpp        the servers of a connect string: which one was reached, why none was
 //   output.cpp          times, spans and JSON strings for `ls`
-//   exec.cpp            `zklock exec`: acquire in the chosen mode, then hand CMD to supervise.cpp
+//   exec.cpp            acquiring in the chosen mode (for exec and lock); `zklock exec`: then hand
+//                       CMD to supervise.cpp
+//   lock.cpp            `zklock lock`: hold until a signal or the end of stdin
 //   supervise.cpp       CMD's process group: fork/exec, subreaper, signals, terminal, lost lock
 //   ls.cpp              `zklock ls`: the queue and the holders' acquire records
 //   wait.cpp            `zklock wait`: until the path has no contenders
@@ -45,7 +48,8 @@ constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, n
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
-constexpr int timeout = 124;        // like timeout(1): the lock was not acquired in time
+constexpr int config = 78;          // EX_CONFIG: the connect string's chroot does not exist on the server
+constexpr int timeout = 124;        // like timeout(1): the lock was not acquired in time (default of -E)
 constexpr int usage = 125;          // bad command line or bad input
 constexpr int cannot_execute = 126; // CMD found but not executable
 constexpr int not_found = 127;      // CMD not found
@@ -77,6 +81,9 @@ struct exit_error {
 
 /// Returns: a library message without its "zklock: " or "zklock::session: " prefix (say() adds one).
 std::string tidy(std::string_view what);
+/// Returns: `e.what()` tidied, and for a std::system_error without its code's message when the
+/// text before it already says the same ("authentication failed: authentication failed (...)").
+std::string tidy(const std::exception& e);
 
 /// Throws: exit_error (usage) with `message` and a pointer to --help.
 [[noreturn]] void usage_error(const std::string& message);
@@ -91,10 +98,13 @@ enum class lock_mode { write, shared, mutex, permits };
 struct options {
   std::string path;
   std::vector<std::string> argv;  // exec: CMD and its arguments
+  std::optional<std::string> shell_command;  // exec -c STRING (run as /bin/sh -c STRING)
   lock_mode mode = lock_mode::write;
   bool mode_given = false;
   std::ptrdiff_t permits = 0;
   std::optional<ms> timeout;  // none: forever
+  std::string timeout_by;     // the option that set it (--timeout, --wait or --nonblock)
+  int conflict_code = exit_code::timeout;  // -E: not acquired (taken, timed out), wait: not free
   std::optional<std::string> connect;
   ms session_timeout = 10s;
   ms connect_timeout = 5s;
@@ -116,6 +126,9 @@ int parse_signal(std::string_view text);
 std::string signal_name(int sig);
 /// Returns: the lease count in `text` (1..1000000). Throws: exit_error (usage).
 std::ptrdiff_t parse_permits(std::string_view text);
+/// Returns: the exit code of -E in `text`: 0..127 but none of zklock's own codes (69, 70, 75, 77,
+/// 78, 125, 126, 127). Throws: exit_error (usage) naming the option and why.
+int parse_conflict_code(std::string_view text);
 
 // ---- credentials and ACLs (auth.cpp) ------------------------------------------------------------
 
@@ -147,8 +160,24 @@ std::vector<zklock::acl_entry> parse_acl(std::string_view spec);
 
 /// Returns: the exit code and message for an exception from the library.
 exit_error classify(const std::exception& e);
-/// Returns: a session as `o` says. Throws: exit_error (usage for a bad connect string, else 69).
+/// Returns: a session as `o` says; with --verbose, says which server it reached. Throws: exit_error:
+/// usage for a bad connect string, 78 for a missing chroot, 77 for refused credentials, else 69
+/// with why (a host that does not resolve, a refused connection, a server that does not answer).
 std::unique_ptr<zklock::session> open_session(const options& o);
+
+// ---- the servers of a connect string (diagnose.cpp) ---------------------------------------------
+
+/// Returns: the server `s` reached, named as the connect string `connect` names it: "zk2:2181 at
+/// 10.0.0.2:2181", or "10.0.0.2:2181" when that is how the connect string gives it (or no host of
+/// it resolves to the address); "" while `s` has no connection up.
+std::string reached_server(const zklock::session& s, std::string_view connect);
+/// Returns: why no session could be opened with `connect`, by looking again: the first host that
+/// does not resolve (host "zk9" does not resolve: Name or service not known), else what each
+/// server address does within `limit` with a TCP connection (refused, no answer) and with the
+/// four-letter word "srvr" sent on it (an answer: the server is up, or says it does not serve
+/// requests; none: a server that never answers), "; "-separated (with a zero `limit`, only the names are looked up). "" if all of
+/// that looks fine.
+std::string why_unreachable(std::string_view connect, ms limit);
 
 // ---- output for ls (output.cpp) -----------------------------------------------------------------
 
@@ -163,8 +192,31 @@ std::string span(long long ms_count);
 
 /// Each returns zklock's exit code; throws exit_error or the library's exceptions (see classify).
 int run_exec(const options& o);
+int run_lock(const options& o);
 int run_ls(const options& o);
 int run_wait(const options& o);
+
+/// A hold of PATH as exec and lock take it (acquire_lock).
+struct held_lock {
+  std::int64_t token = 0;         ///< the hold's fencing token
+  std::stop_token lost;           ///< fires when the lock is lost (may have fired already)
+  std::function<void()> release;  ///< deletes the acquire record, then releases; never throws
+  std::shared_ptr<void> keep;     ///< the session and the lock object behind the hold
+};
+
+/// How acquire_lock() ended: a hold, or none and the exit code to end with.
+struct acquire_result {
+  std::optional<held_lock> held;
+  int exit = exit_code::ok;
+};
+
+/// Effects: opens the session (open_session), warns about contenders of kinds o.mode ignores,
+/// waits for o.path in o.mode within o.timeout, and once held records what the acquire cost for
+/// `zklock ls`. A signal of `sigfd` ends the wait, and so does the end of `input` (if not -1).
+/// Says why when the lock is not held. Returns: the hold; or no hold and o.conflict_code (taken,
+/// timed out, or `input` ended) or 128+N (signal N). Throws: exit_error or the library's
+/// exceptions (see classify).
+acquire_result acquire_lock(const options& o, int sigfd, int input);
 
 
 /// Effects: zklock::on_live_session(s, {deadline}, f): runs `f`, and again on the next session each
@@ -219,25 +271,37 @@ std::string resolve_command(const std::string& cmd);
 /// thread it starts). Returns: a signalfd that reads the forwarded signals, SIGCHLD and SIGCONT.
 fd_t block_signals();
 
-/// While the lock is being acquired on the main thread, a signal ends the wait: this thread reads
-/// the signalfd and closes the session, which makes the acquire throw.
+/// While the lock is being acquired on the main thread, a signal ends the wait, and so does the
+/// end of `input` (a descriptor, -1 for none; what it reads is thrown away): this thread watches
+/// them and closes the session, which makes the acquire throw.
 class acquire_interrupter {
  public:
-  acquire_interrupter(zklock::session& s, int sigfd);
+  acquire_interrupter(zklock::session& s, int sigfd, int input = -1);
   ~acquire_interrupter() { stop(); }
   acquire_interrupter(const acquire_interrupter&) = delete;
   acquire_interrupter& operator=(const acquire_interrupter&) = delete;
   /// Effects: ends the watching. Returns: the signal that interrupted the acquire, or 0.
   int stop();
+  /// Returns: whether the end of `input` interrupted the acquire (call after stop()).
+  bool input_ended() const noexcept { return input_ended_.load(); }
 
  private:
   void run();
   zklock::session& s_;
   int sigfd_;
+  int input_;
   fd_t stop_r_, stop_w_;
   std::atomic<int> signal_{0};
+  std::atomic<bool> input_ended_{false};
   std::thread thread_;
 };
+
+/// Returns: the number of the next pending signal of the signalfd `sigfd`, if any.
+std::optional<int> pending_signal(int sigfd);
+
+/// Returns: whether `fd` is at its end: read(2) returned 0 or failed (other than EINTR/EAGAIN).
+/// Effects: reads and throws away what is there (at most 4 KiB).
+bool input_at_end(int fd);
 
 /// What supervise() runs, and how it stops it.
 struct child_command {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `zklock exec PATH CMD`: looks CMD up, acquires the lock in the chosen mode (a signal ends the wait), records what the acquire cost for `zklock ls`, and
-// hands CMD to supervise() with the hold's fencing token, its loss signal and its release.
+// Acquiring a lock as `zklock exec` and `zklock lock` do: acquires the lock in the chosen mode (a signal, or the end of lock's stdin, ends the wait), and
+// records what the acquire cost for `zklock ls`. `zklock exec PATH CMD` then looks CMD up and hands
+// it to supervise() with the hold's fencing token, its loss signal and its release.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -68,16 +69,9 @@ struct locks {
   }
 };
 
-/// A held lock of any mode, as exec needs it.
-struct hold {
-  std::int64_t token = 0;
-  std::stop_token lost;
-  std::function<void()> release;
-};
-
-/// Returns: the hold of the lock `l` acquired, or nullopt if it was lost before CMD could start.
-std::optional<hold> make_hold(const options& o, locks& l) {
-  hold h;
+/// Returns: the hold of the lock `l` acquired (its loss signal may have fired already).
+held_lock make_hold(const options& o, locks& l) {
+  held_lock h;
   switch (o.mode) {
     case lock_mode::mutex:
       h.token = l.mx->fencing_token();
@@ -100,7 +94,6 @@ std::optional<hold> make_hold(const options& o, locks& l) {
       h.release = [&l] { l.sem->release(); };
       break;
   }
-  if (h.lost.stop_requested()) return std::nullopt;  // e.g. the session ended with the grant
   return h;
 }
 
@@ -120,59 +113,83 @@ std::shared_ptr<zklock::stored_hold_record> record_acquire(zklock::session& s, c
     r.requests = acquired->requests;
     return std::make_shared<zklock::stored_hold_record>(zklock::record_hold(s, o.path, token, r));
   } catch (const std::exception& e) {
-    if (g_verbose) say("could not record the acquire on %s: %s", o.path.c_str(), e.what());
+    if (g_verbose) say("could not record the acquire on %s: %s", o.path.c_str(), tidy(e).c_str());
   }
   return nullptr;
 }
 
+/// What a hold keeps: the session, then the lock objects that use it (destroyed first).
+struct lock_state {
+  std::unique_ptr<zklock::session> session;
+  locks l;
+};
+
 }  // namespace
+
+acquire_result acquire_lock(const options& o, int sigfd, int input) {
+  auto st = std::make_shared<lock_state>();
+  st->session = open_session(o);
+  zklock::session& s = *st->session;
+
+  bool acquired = false;
+  {
+    acquire_interrupter interrupter{s, sigfd, input};
+    // Returns: the exit code if a signal or the end of input ended the acquire (the session is closed).
+    auto interrupted = [&]() -> std::optional<int> {
+      if (const int sig = interrupter.stop()) {
+        if (g_verbose) say("%s while waiting for %s: gave up", signal_name(sig).c_str(), o.path.c_str());
+        return exit_code::signal_base + sig;
+      }
+      if (interrupter.input_ended()) {
+        say("standard input ended while waiting for %s: gave up", o.path.c_str());
+        return o.conflict_code;
+      }
+      return std::nullopt;
+    };
+    try {
+      acquired = st->l.acquire(s, o);
+    } catch (...) {
+      if (const auto code = interrupted()) return {std::nullopt, *code};
+      throw;
+    }
+    if (const auto code = interrupted()) return {std::nullopt, *code};  // came just as the lock was granted
+  }
+  if (!acquired) {
+    if (*o.timeout == ms::zero())
+      say("%s is taken (%s: no waiting)", o.path.c_str(),
+          o.timeout_by == "--nonblock" ? "--nonblock" : (o.timeout_by + " 0").c_str());
+    else say("timed out after %lld ms waiting for %s", static_cast<long long>(o.timeout->count()), o.path.c_str());
+    return {std::nullopt, o.conflict_code};
+  }
+
+  held_lock h = make_hold(o, st->l);
+  if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h.token));
+  if (auto record = record_acquire(s, o, st->l, h.token)) {  // gone before the lock is released
+    h.release = [record = std::move(record), release = std::move(h.release)] {
+      record->release();
+      release();
+    };
+  }
+  h.keep = std::move(st);
+  return {std::move(h), exit_code::ok};
+}
 
 int run_exec(const options& o) {
   const std::string file = resolve_command(o.argv.front());  // fail fast, before waiting for a lock
 
   fd_t sigfd = block_signals();  // before the session starts its threads
-  auto s = open_session(o);
-
-  locks l;
-  bool acquired = false;
-  {
-    acquire_interrupter interrupter{*s, sigfd.get()};
-    try {
-      acquired = l.acquire(*s, o);
-    } catch (...) {
-      if (const int sig = interrupter.stop()) {
-        if (g_verbose) say("%s while waiting for %s: gave up", signal_name(sig).c_str(), o.path.c_str());
-        return exit_code::signal_base + sig;
-      }
-      throw;
-    }
-    if (const int sig = interrupter.stop()) {  // came just as the lock was granted: the session is closed
-      if (g_verbose) say("%s while acquiring %s: gave up", signal_name(sig).c_str(), o.path.c_str());
-      return exit_code::signal_base + sig;
-    }
-  }
-  if (!acquired) {
-    if (*o.timeout == ms::zero()) say("%s is taken (--timeout 0: no waiting)", o.path.c_str());
-    else say("timed out after %lld ms waiting for %s", static_cast<long long>(o.timeout->count()), o.path.c_str());
-    return exit_code::timeout;
-  }
-
-  auto h = make_hold(o, l);
-  if (!h) {
+  auto r = acquire_lock(o, sigfd.get(), -1);
+  if (!r.held) return r.exit;
+  held_lock& h = *r.held;
+  if (h.lost.stop_requested()) {  // e.g. the session ended with the grant
     say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
+    h.release();
     return exit_code::lost;
   }
-  if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h->token));
-  if (auto record = record_acquire(*s, o, l, h->token)) {  // gone before the lock is released
-    h->release = [record = std::move(record), release = std::move(h->release)] {
-      record->release();
-      release();
-    };
-  }
   const child_command cmd{file, o.argv,
-                          {"ZKLOCK_FENCING_TOKEN=" + std::to_string(h->token), "ZKLOCK_PATH=" + o.path},
+                          {"ZKLOCK_FENCING_TOKEN=" + std::to_string(h.token), "ZKLOCK_PATH=" + o.path},
                           o.path, o.kill_signal, o.grace};
-  return supervise(cmd, sigfd.get(), h->lost, h->release);
+  return supervise(cmd, sigfd.get(), h.lost, h.release);
 }
 
 }  // namespace zkcli

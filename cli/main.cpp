@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock — a cluster-wide flock(1) on ZooKeeper: the command line (CLI11). Declares the commands
-// exec, ls and wait with their options and help, turns CLI11's parse errors into zklock's usage
-// errors (exit 125, messages that name the option), and runs the command (docs/cli.md).
+// exec, lock, ls and wait with their options and help, moves the common options given before the
+// command after it, turns CLI11's parse errors into zklock's usage errors (exit 125, messages that
+// name the option), and runs the command (docs/cli.md).
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -19,6 +20,8 @@ constexpr const char* common_group = "Common options";
 
 constexpr const char* usage_text = R"(Usage:
   zklock exec [OPTIONS] PATH [--] CMD [ARGS...]
+  zklock exec [OPTIONS] PATH -c STRING
+  zklock lock [OPTIONS] PATH
   zklock ls   [OPTIONS] PATH
   zklock wait [OPTIONS] PATH
   zklock --help | --version
@@ -26,19 +29,24 @@ constexpr const char* usage_text = R"(Usage:
 
 constexpr const char* footer_text =
     R"(Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
-Options may come before or after PATH; CMD starts after '--', or at the first word after PATH
-that is not an option.
+Options may come before or after PATH; the common options (--connect, --session-timeout,
+--connect-timeout, -v) before the command too. CMD starts after '--', or at the first word after
+PATH that is not an option.
 
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
-  0    wait: PATH is free; ls: listed
-  69   cannot reach ZooKeeper: no session at the start, or no new one before --timeout after
-       the session ended while waiting (given a new one, exec queues again and waits on)
+  0    lock: released after a signal or the end of stdin; wait: PATH is free; ls: listed
+  69   cannot reach ZooKeeper (a host that does not resolve, no server answers): no session at
+       the start, or no new one before --timeout after the session ended while waiting (given a
+       new one, exec and lock queue again and wait on)
   70   another failure inside zklock (e.g. the server refused an operation)
-  75   the lock was lost while CMD ran (CMD's group was stopped), or before it could start
+  75   the lock was lost while CMD ran (CMD's group was stopped), before CMD could start, or
+       while lock held it
   77   the server refused for lack of permission (ACL, authentication); the message names the
        node and the permission needed
-  124  timeout: the lock was not acquired (exec) or PATH not free (wait) within --timeout
+  78   the chroot of the connect string does not exist on the server
+  124  the lock is taken (-n) or was not acquired within --timeout (exec, lock; lock also if
+       stdin ended first), or PATH was not free in time (wait); -E CODE sets another code
   125  usage error or bad input (option, duration, path, connect string, lease count)
   126  CMD cannot be executed
   127  CMD not found
@@ -53,7 +61,9 @@ Environment:
 
 Examples:
   zklock exec /locks/db -- ./migrate.sh            # alone: no other exec of /locks/db runs
-  zklock exec --shared /locks/db -- ./report.sh    # with other --shared, never during migrate.sh)";
+  zklock exec --shared /locks/db -- ./report.sh    # with other --shared, never during migrate.sh
+  zklock exec -n -E 0 /locks/cron -c 'run-report'  # skip (exit 0) if the last run still goes
+  coproc zklock lock /locks/db; read -r line <&"${COPROC[0]}"   # hold across commands; kill to release)";
 
 constexpr const char* exec_text =
     "Wait for the lock PATH, run CMD while holding it, release it once CMD has ended and no process is left in "
@@ -65,6 +75,14 @@ constexpr const char* exec_text =
     "zklock as well). If the lock is lost while CMD runs (session expired, or the lock node deleted by someone "
     "else), CMD's group gets the kill signal, then SIGKILL after the grace period. A signal while waiting for "
     "the lock ends the wait (zklock leaves the queue and exits with 128+signal).";
+constexpr const char* lock_text =
+    "Wait for the lock PATH and hold it until zklock gets SIGINT, SIGTERM, SIGHUP or SIGQUIT, or its standard "
+    "input ends (when it is a pipe, a socket or the terminal zklock runs in the foreground of); then release it "
+    "and exit 0. Once it holds, zklock prints one line, ZKLOCK_FENCING_TOKEN=<token>, on standard output, so "
+    "that a script can hold the lock across several commands: coproc zklock lock /locks/x; read the line; run "
+    "the commands; then close the coprocess's input or kill it. If the lock is lost while held (session "
+    "expired, or the lock node deleted by someone else), zklock says so and exits 75. A signal while waiting "
+    "for the lock ends the wait (exit 128+signal), the end of standard input too (exit 124, or -E's code).";
 constexpr const char* ls_text =
     "List the contenders of PATH in queue order: position, state (holder or waiter), kind, fencing token, host, "
     "pid and start time of each (zklock stores host, pid and time in its nodes; for Curator's nodes the host is "
@@ -142,6 +160,7 @@ class help_formatter : public CLI::Formatter {
 struct command_line {
   CLI::App app{"zklock - run a command while holding a ZooKeeper lock (a cluster-wide flock(1))", "zklock"};
   CLI::App* exec = nullptr;
+  CLI::App* lock = nullptr;
   CLI::App* ls = nullptr;
   CLI::App* wait = nullptr;
   options o;
@@ -151,6 +170,15 @@ struct command_line {
     if (o.mode_given && o.mode != m) usage_error("--shared, --write, --mutex and --permits exclude each other");
     o.mode = m;
     o.mode_given = true;
+  }
+
+  /// Effects: the bound of the wait, given by `option` (--timeout, --wait or --nonblock; each may
+  /// be given again, the last wins). Throws: a usage error if another of them was given.
+  void set_timeout(const std::string& option, ms d) {
+    if (!o.timeout_by.empty() && o.timeout_by != option)
+      usage_error(o.timeout_by + " and " + option + " exclude each other (both bound the wait)");
+    o.timeout = d;
+    o.timeout_by = option;
   }
 
   /// Effects: adds an option with a value to `sub`; `take` parses each value given (the last wins).
@@ -210,28 +238,9 @@ struct command_line {
 
     exec = command("exec", exec_text);
     exec->prefix_command();  // CMD starts at the first word after PATH that is not an option
-    const char* modes = "Lock modes (at most one; default: --write)";
-    flag(exec, "--write",
-         "exclusive: the write side of a read/write lock. Waits for and keeps out the other plain (--write) and "
-         "--shared holders of PATH (like flock -x)",
-         [this] { set_mode(lock_mode::write); }, modes);
-    flag(exec, "--shared",
-         "shared: the read side of that lock. Runs alongside other --shared holders, never alongside a --write "
-         "one (like flock -s)",
-         [this] { set_mode(lock_mode::shared); }, modes);
-    flag(exec, "--mutex",
-         "exclusive, with zklock::mutex nodes (for Curator's InterProcessMutex, which counts only those). "
-         "Excludes --write, --shared and other --mutex holders of PATH, as --write does",
-         [this] { set_mode(lock_mode::mutex); }, modes);
-    value(exec, "--permits", "N",
-          "one of N leases of a counting semaphore (N: 1..1000000; every user of the path must give the same N)",
-          [this](const std::string& v) {
-            o.permits = parse_permits(v);
-            set_mode(lock_mode::permits);
-          },
-          modes);
-    value(exec, "--timeout", "D", "wait at most D for the lock (0: try once; default: wait forever)",
-          [this](const std::string& v) { o.timeout = parse_duration("--timeout", v, true); });
+    value(exec, "-c,--command", "STRING", "run STRING with /bin/sh -c instead of CMD (like flock -c)",
+          [this](const std::string& v) { o.shell_command = v; });
+    add_lock_options(exec);
     value(exec, "--kill-signal", "SIG",
           "signal that stops CMD's group when the lock is lost, and that CMD gets if zklock itself dies (default "
           "TERM; a name like TERM, SIGINT, or a number)",
@@ -242,21 +251,67 @@ struct command_line {
     value(exec, acl.name, acl.type, acl.help, acl.take);
     add_common(exec);
 
+    lock = command("lock", lock_text);
+    add_lock_options(lock);
+    value(lock, acl.name, acl.type, acl.help, acl.take);
+    add_common(lock);
+
     ls = command("ls", ls_text);
     flag(ls, "--json", "one JSON object per contender and line", [this] { o.json = true; });
     add_common(ls);
 
     wait = command("wait", wait_text);
     value(wait, "--timeout", "D", "wait at most D (0: check once; default: wait forever)",
-          [this](const std::string& v) { o.timeout = parse_duration("--timeout", v, true); });
+          [this](const std::string& v) { set_timeout("--timeout", parse_duration("--timeout", v, true)); });
+    add_bound_synonyms(wait, "PATH is still taken");
     add_common(wait);
+  }
+
+  /// Effects: adds to `sub` flock's -n and -w (synonyms of --timeout) and -E, for `not_got`.
+  void add_bound_synonyms(CLI::App* sub, const std::string& not_got) {
+    flag(sub, "-n,--nonblock", "same as --timeout 0 (like flock -n)",
+         [this] { set_timeout("--nonblock", ms::zero()); });
+    value(sub, "-w,--wait", "D", "same as --timeout D; a plain number means seconds (like flock -w)",
+          [this](const std::string& v) { set_timeout("--wait", parse_duration("--wait", v, true)); });
+    value(sub, "-E,--conflict-exit-code", "CODE",
+          "exit with CODE, not 124, when " + not_got +
+              " (flock's -E, whose default is 1). 0 to 127 but zklock's own codes (69, 70, 75, 77, 78, 125-127)",
+          [this](const std::string& v) { o.conflict_code = parse_conflict_code(v); });
+  }
+
+  /// Effects: adds the options that say how exec and lock take the lock: the lock modes, the bound
+  /// of the wait and its flock synonyms, -E.
+  void add_lock_options(CLI::App* sub) {
+    const char* modes = "Lock modes (at most one; default: --write)";
+    flag(sub, "-x,-e,--write,--exclusive",
+         "exclusive: the write side of a read/write lock. Waits for and keeps out the other plain (--write) and "
+         "--shared holders of PATH (like flock -x)",
+         [this] { set_mode(lock_mode::write); }, modes);
+    flag(sub, "-s,--shared",
+         "shared: the read side of that lock. Holds alongside other --shared holders, never alongside a --write "
+         "one (like flock -s)",
+         [this] { set_mode(lock_mode::shared); }, modes);
+    flag(sub, "--mutex",
+         "exclusive, with zklock::mutex nodes (for Curator's InterProcessMutex, which counts only those). "
+         "Excludes --write, --shared and other --mutex holders of PATH, as --write does",
+         [this] { set_mode(lock_mode::mutex); }, modes);
+    value(sub, "--permits", "N",
+          "one of N leases of a counting semaphore (N: 1..1000000; every user of the path must give the same N)",
+          [this](const std::string& v) {
+            o.permits = parse_permits(v);
+            set_mode(lock_mode::permits);
+          },
+          modes);
+    value(sub, "--timeout", "D", "wait at most D for the lock (0: try once; default: wait forever)",
+          [this](const std::string& v) { set_timeout("--timeout", parse_duration("--timeout", v, true)); });
+    add_bound_synonyms(sub, "the lock is taken (-n) or not acquired in time");
   }
 
   /// Throws: a usage error for `word`, an argument no option or position of `sub` took.
   [[noreturn]] void unexpected(const CLI::App* sub, const std::string& word) const {
     if (!word.starts_with("-") || word == "-") usage_error("unexpected argument \"" + word + "\"");
     const std::string name = word.substr(0, word.find('='));
-    for (const CLI::App* other : {exec, ls, wait})
+    for (const CLI::App* other : {exec, lock, ls, wait})
       if (other != sub && other->get_option_no_throw(name))
         usage_error("option " + name + " does not apply to " + sub->get_name());
     usage_error("unknown option \"" + name + "\"");
@@ -267,7 +322,7 @@ struct command_line {
   CLI::App* check() {
     const auto subs = app.get_subcommands();
     const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
-    if (subs.empty()) usage_error("no command given: exec, ls or wait");
+    if (subs.empty()) usage_error("no command given: exec, lock, ls or wait");
     CLI::App* sub = subs.front();
     std::vector<std::string> extra = sub->remaining();
     if (sub == exec) {
@@ -278,14 +333,20 @@ struct command_line {
         unexpected(sub, extra.front());
       }
       o.argv = extra.empty() ? top : extra;
+      if (o.shell_command) {
+        if (!o.argv.empty()) usage_error("exec runs -c STRING or CMD [ARGS...], not both (\"" + o.argv.front() + "\")");
+        if (o.path.empty()) usage_error("exec needs a lock PATH: zklock exec PATH -c STRING");
+        o.argv = {"/bin/sh", "-c", *o.shell_command};
+      }
     } else {
       extra.insert(extra.end(), top.begin(), top.end());
       if (!extra.empty()) unexpected(sub, extra.front());
     }
     if (o.path.empty()) usage_error(sub->get_name() + " needs a lock PATH");
     if (sub == exec) {
-      if (o.argv.empty()) usage_error("exec needs a command to run: zklock exec PATH -- CMD [ARGS...]");
-      if (o.argv.front().empty()) usage_error("the command to run is an empty string");
+      if (o.argv.empty()) usage_error("exec needs a command to run: zklock exec PATH -- CMD [ARGS...], or -c STRING");
+      if (o.argv.front().empty() || (o.shell_command && o.shell_command->empty()))
+        usage_error("the command to run is an empty string");
     }
     if (!o.connect) {
       const char* env = std::getenv("ZOOKEEPER_HOSTS");
@@ -313,21 +374,88 @@ std::string option_of(const CLI::ArgumentMismatch& e) {
   return what.starts_with("-") ? what : "--" + what;
 }
 
+constexpr const char* commands = "exec, lock, ls or wait";
+
+bool is_command(std::string_view w) { return w == "exec" || w == "lock" || w == "ls" || w == "wait"; }
+
+/// Returns: the command line with the common options given before the command moved after it:
+/// "zklock -v --connect X exec ..." is parsed as "zklock exec -v --connect X ...", so that nothing
+/// given before the command ends up among the words of exec's CMD. Unchanged when it asks for
+/// --help or --version before any command.
+/// Throws: a usage error for a word before the command that is not a common option (or its value).
+std::vector<std::string> command_first(const command_line& cl, int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  const CLI::App* any = cl.ls;  // every command has the same common options
+  auto common = [&](const std::string& name) -> const CLI::Option* {
+    const CLI::Option* opt = any->get_option_no_throw(name);
+    return opt && opt->get_group() == common_group ? opt : nullptr;
+  };
+  auto refuse = [&](const std::string& name) {
+    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait})
+      if (sub->get_option_no_throw(name)) {
+        std::string names;
+        for (const CLI::Option* opt : any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; }))
+          names += (names.empty() ? "" : ", ") + opt->get_name();
+        usage_error("the command comes first: zklock " + sub->get_name() + " " + name + " ...; before the command only " +
+                    names);
+      }
+    usage_error("unknown option \"" + name + "\"");
+  };
+  std::vector<std::string> before;
+  std::size_t i = 1;
+  auto take_value = [&](const std::string& name) {
+    if (i == args.size()) usage_error("option " + name + " needs a value");
+    before.push_back(args[i++]);
+  };
+  while (i < args.size()) {
+    const std::string w = args[i];
+    if (w == "-h" || w == "--help" || w == "--version") return args;
+    if (!w.starts_with("-") || w == "-") break;
+    if (w == "--") usage_error("the command comes first, before '--'");
+    before.push_back(w);
+    ++i;
+    if (w.starts_with("--")) {
+      const auto eq = w.find('=');
+      const std::string name = w.substr(0, eq);
+      const CLI::Option* opt = common(name);
+      if (!opt) refuse(name);
+      if (eq == std::string::npos && opt->get_expected_max() > 0) take_value(name);
+      continue;
+    }
+    // Short options, grouped or not ("-vv"); one that takes a value takes the rest of the word, or the next word.
+    for (std::size_t c = 1; c < w.size(); ++c) {
+      const std::string name{'-', w[c]};
+      const CLI::Option* opt = common(name);
+      if (!opt) refuse(name);
+      if (opt->get_expected_max() > 0) {
+        if (c + 1 == w.size()) take_value(name);
+        break;
+      }
+    }
+  }
+  if (i == args.size()) {
+    if (before.empty()) return args;  // no command at all: check() says so
+    usage_error(std::string{"no command given after the options: "} + commands);
+  }
+  if (args[i] == "help") return {args[0], "help"};
+  if (!is_command(args[i])) usage_error("unknown command \"" + args[i] + "\" (" + commands + ")");
+  std::vector<std::string> out{args[0], args[i]};
+  out.insert(out.end(), before.begin(), before.end());
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+  return out;
+}
+
 int run(int argc, char** argv) {
   command_line cl;
-  const std::string_view first = argc > 1 ? argv[1] : "";
-  if (first == "help") {
+  std::vector<std::string> args = command_first(cl, argc, argv);
+  if (args.size() > 1 && args[1] == "help") {
     std::cout << tidy_help(cl.app.help("", CLI::AppFormatMode::All));
     return exit_code::ok;
   }
-  // The command comes first: nothing before it may end up among the words of exec's CMD.
-  if (argc > 1 && first != "exec" && first != "ls" && first != "wait" && first != "-h" && first != "--help" &&
-      first != "--version") {
-    if (first.starts_with("-")) usage_error("the command comes first: zklock exec|ls|wait [OPTIONS] PATH");
-    usage_error("unknown command \"" + std::string{first} + "\" (exec, ls or wait)");
-  }
+  std::vector<char*> words;
+  for (auto& a : args) words.push_back(a.data());
   try {
-    cl.app.parse(argc, argv);
+    cl.app.parse(static_cast<int>(words.size()), words.data());
   } catch (const CLI::CallForHelp&) {
     std::cout << tidy_help(cl.app.get_subcommands().empty() ? cl.app.help("", CLI::AppFormatMode::All)
                                                             : cl.app.help());
@@ -345,6 +473,7 @@ int run(int argc, char** argv) {
   }
   const CLI::App* sub = cl.check();
   if (sub == cl.exec) return run_exec(cl.o);
+  if (sub == cl.lock) return run_lock(cl.o);
   if (sub == cl.ls) return run_ls(cl.o);
   return run_wait(cl.o);
 }

@@ -194,7 +194,23 @@ fd_t block_signals() {
 }
 
 
-acquire_interrupter::acquire_interrupter(zklock::session& s, int sigfd) : s_(s), sigfd_(sigfd) {
+std::optional<int> pending_signal(int sigfd) {
+  if (const auto si = next_signal(sigfd)) return static_cast<int>(si->ssi_signo);
+  return std::nullopt;
+}
+
+bool input_at_end(int fd) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) return false;
+    if (n < 0 && errno == EINTR) continue;
+    return n == 0 || errno != EAGAIN;  // end of file, or an error (e.g. EIO of a hung-up terminal)
+  }
+}
+
+acquire_interrupter::acquire_interrupter(zklock::session& s, int sigfd, int input)
+    : s_(s), sigfd_(sigfd), input_(input) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
   stop_r_ = fd_t{p[0]};
@@ -213,12 +229,17 @@ int acquire_interrupter::stop() {
 
 void acquire_interrupter::run() {
   for (;;) {
-    pollfd p[2] = {{sigfd_, POLLIN, 0}, {stop_r_.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    pollfd p[3] = {{sigfd_, POLLIN, 0}, {stop_r_.get(), POLLIN, 0}, {input_, POLLIN, 0}};
+    if (::poll(p, 3, -1) < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (p[1].revents) return;
+    if (p[2].revents && input_at_end(input_)) {
+      input_ended_.store(true);
+      s_.close();  // as for a signal
+      return;
+    }
     if (p[0].revents) {
       if (const auto si = next_signal(sigfd_)) {
         // A child zklock was started with ended, or zklock was continued: not a request to stop.

@@ -38,7 +38,7 @@ int run_wait(const options& o) {
     return exit_code::ok;
   }
   say("timed out: %s is still taken", o.path.c_str());
-  return exit_code::timeout;
+  return o.conflict_code;
 }
 
 }  // namespace zkcli

@@ -225,6 +225,12 @@ class session {
   /// Returns: the options this session was opened with.
   const session_options& options() const noexcept;
 
+  /// Returns: the address of the server the connection is up with now, as "ip:port" ("[ip]:port"
+  /// for IPv6): which server of the connect string was reached (e.g. for a log line). "" while no
+  /// connection is up (connecting, suspended, expired, closed). A snapshot: the client may move to
+  /// another server at any time.
+  std::string server_address() const;
+
  private:
   friend struct detail::session_access;
   std::unique_ptr<detail::session_impl> impl_;

@@ -4,6 +4,9 @@
 // on the thread that calls close()) and the state machine's worker side (session_thread.cpp). The
 // handle itself: handle.cpp.
 module;
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
 #include <atomic>
@@ -407,6 +410,27 @@ session_credentials session::credentials() const {
   if (!id || id->client_id != v.id)
     detail::throw_error(errc::session_expired, "zklock::session::credentials: no live session");
   return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
+}
+
+std::string session::server_address() const {
+  detail::session_impl& s = *impl_;
+  std::shared_lock hl{s.handle.mu};  // the handle stays while we ask it
+  if (!s.handle.zh || s.states.view().state != session_state::connected) return {};
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (!::zookeeper_get_connected_host(s.handle.zh, reinterpret_cast<sockaddr*>(&peer), &len)) return {};
+  char ip[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+    if (!::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip)) return {};
+    return std::string{ip} + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+    if (!::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) return {};
+    return "[" + std::string{ip} + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  return {};
 }
 
 bool session::await_next_generation(std::uint64_t generation, std::chrono::steady_clock::time_point deadline) {

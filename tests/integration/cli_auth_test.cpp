@@ -24,9 +24,9 @@
 namespace {
 
 using namespace std::chrono_literals;
-using zkt::cli::run;
-using zkt::cli::scratch_dir;
-using zkt::cli::zklock_run;
+using zkcli_test::run;
+using zkcli_test::scratch_dir;
+using zkcli_test::zklock_run;
 
 constexpr int no_permission = 77;
 constexpr int usage = 125;

@@ -1,36 +1,43 @@
 // SPDX-License-Identifier: Apache-2.0
-// Test support for the `zklock` command-line tool's suites (cli_test.cpp, cli_auth_test.cpp): runs
-// of the built binary (ZKLOCK_CLI_BIN) in process groups of their own, with their output.
+// What the tests of the `zklock` binary share (cli_test.cpp, cli_auth_test.cpp, cli_flock_test.cpp): one run of the
+// binary (ZKLOCK_CLI_BIN) in a process group of its own with its stdout on a pipe and its stderr
+// in a file, scratch directories, the contender nodes of a path, and splitting output.
 #pragma once
-#include <signal.h>
 #include <sys/wait.h>
+#include <signal.h>
 
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 #include "child_process.hpp"
 #include "posix_io.hpp"
 #include "scratch_dir.hpp"
+#include "zk_test.hpp"
+
+extern char** environ;
+
+namespace zkcli_test {
+
+using namespace std::chrono_literals;
+using std::chrono::steady_clock;
 
 #ifndef ZKLOCK_CLI_BIN
 #error "ZKLOCK_CLI_BIN (the path of the zklock binary) must be defined"
 #endif
-
-extern char** environ;
-
-namespace zkt::cli {
 
 /// A scratch directory, removed with its contents.
 struct scratch_dir : zkt::scratch_dir {
   scratch_dir() : zkt::scratch_dir("zklock-cli") {}
 };
 
-/// Returns: the contents of the file `p`.
 inline std::string slurp(const std::filesystem::path& p) { return zkt::read_file(p); }
 
 /// Environment changes for a run: a value sets the variable, nullopt removes it.
@@ -39,12 +46,13 @@ using env_changes = std::map<std::string, std::optional<std::string>>;
 /// One run of the zklock binary in a process group of its own (with CMD and whatever CMD starts),
 /// stdout on a pipe, stderr in a file, stdin on a pipe kept by the test (closing it ends a CMD
 /// that waits with `read`). The destructor SIGKILLs the whole group and reaps: nothing is left
-/// behind, even when a test fails halfway. ZOOKEEPER_HOSTS and ZKLOCK_AUTH are removed unless
-/// `env` sets them.
+/// behind, even when a test fails halfway. ZOOKEEPER_HOSTS and ZKLOCK_AUTH are removed unless `env`
+/// sets them. `in`:
+/// stdin from /dev/null (stream::null) instead of the pipe.
 class zklock_run {
  public:
-  explicit zklock_run(std::vector<std::string> args, env_changes env = {})
-      : proc_(command(std::move(args)), options(std::move(env), err_dir_.path / "stderr")) {}
+  explicit zklock_run(std::vector<std::string> args, env_changes env = {}, zkt::stream in = zkt::stream::pipe)
+      : proc_(command(std::move(args)), options(std::move(env), err_dir_.path / "stderr", in)) {}
 
   ~zklock_run() {
     for (pid_t g : groups_) ::kill(-g, SIGKILL);  // CMD's group, and what CMD left in it
@@ -60,9 +68,7 @@ class zklock_run {
 
   /// Returns: the next line of stdout (the last one may lack its newline), or nullopt at its end
   /// or after `timeout`.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds{60}) {
-    return proc_.read_line(timeout);
-  }
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = 60s) { return proc_.read_line(timeout); }
 
   /// Effects: closes CMD's stdin (ends a `read`).
   void close_stdin() { proc_.close_stdin(); }
@@ -75,7 +81,7 @@ class zklock_run {
 
   /// Effects: waits at most `timeout` for zklock to exit. Returns: its exit code, 256 + N if
   /// killed by signal N, or -1 if still running.
-  int wait(std::chrono::milliseconds timeout = std::chrono::seconds{60}) {
+  int wait(std::chrono::milliseconds timeout = 60s) {
     const auto status = proc_.wait(timeout);
     if (!status) return -1;
     if (WIFEXITED(*status)) return WEXITSTATUS(*status);
@@ -94,10 +100,11 @@ class zklock_run {
     args.insert(args.begin(), ZKLOCK_CLI_BIN);
     return args;
   }
-  static zkt::spawn_options options(env_changes env, std::filesystem::path err_file) {
+  static zkt::spawn_options options(env_changes env, std::filesystem::path err_file, zkt::stream in) {
     env.try_emplace("ZOOKEEPER_HOSTS", std::nullopt);
     env.try_emplace("ZKLOCK_AUTH", std::nullopt);
     zkt::spawn_options o;
+    o.in = in;
     o.env.emplace();
     for (char** e = environ; *e; ++e) {
       const std::string_view v = *e;
@@ -117,6 +124,38 @@ class zklock_run {
 };
 
 /// Runs zklock to the end. Returns: its exit code (see zklock_run::wait).
-inline int run(zklock_run& r, std::chrono::milliseconds timeout = std::chrono::seconds{60}) { return r.wait(timeout); }
+inline int run(zklock_run& r, std::chrono::milliseconds timeout = 60s) { return r.wait(timeout); }
 
-}  // namespace zkt::cli
+/// Returns: the contender nodes under `path`: its children but the acquire records that `zklock
+/// exec` holders add beside their nodes ("zkstats-<token>").
+inline std::vector<std::string> contender_nodes(const std::string& path) {
+  auto kids = zkt::children(path);
+  std::erase_if(kids, [](const std::string& k) { return k.starts_with("zkstats-"); });
+  return kids;
+}
+
+/// Returns: whether `path` has `n` contender nodes within 30 s (false at once if `r` exited).
+inline bool await_children(const std::string& path, std::size_t n, zklock_run& r) {
+  const auto limit = steady_clock::now() + 30s;
+  while (contender_nodes(path).size() != n) {
+    if (r.exited() || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling interval, not a synchronisation
+  }
+  return true;
+}
+
+inline std::vector<std::string> words(const std::string& line) {
+  std::istringstream in{line};
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+inline std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in{text};
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace zkcli_test

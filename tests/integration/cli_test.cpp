@@ -45,44 +45,7 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::steady_clock;
 
-// The zklock binary and its runs (cli_run.hpp, shared with cli_auth_test.cpp).
-using zkt::cli::env_changes;
-using zkt::cli::run;
-using zkt::cli::scratch_dir;
-using zkt::cli::slurp;
-using zkt::cli::zklock_run;
-
-/// Returns: the contender nodes under `path`: its children but the acquire records that `zklock
-/// exec` holders add beside their nodes ("zkstats-<token>").
-std::vector<std::string> contender_nodes(const std::string& path) {
-  auto kids = zkt::children(path);
-  std::erase_if(kids, [](const std::string& k) { return k.starts_with("zkstats-"); });
-  return kids;
-}
-
-/// Returns: whether `path` has `n` contender nodes within 30 s (false at once if `r` exited).
-bool await_children(const std::string& path, std::size_t n, zklock_run& r) {
-  const auto limit = steady_clock::now() + 30s;
-  while (contender_nodes(path).size() != n) {
-    if (r.exited() || steady_clock::now() > limit) return false;
-    std::this_thread::sleep_for(2ms);  // polling interval, not a synchronisation
-  }
-  return true;
-}
-
-std::vector<std::string> words(const std::string& line) {
-  std::istringstream in{line};
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in{text};
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
+using namespace zkcli_test;
 
 /// Returns: the number after "token=" in `line` (0 if none).
 std::int64_t token_in(const std::string& line) {
