@@ -7,7 +7,8 @@
 //   output.cpp          times, spans and JSON strings for `ls`
 //   exec.cpp            `zklock exec`: acquire in the chosen mode, then hand CMD to supervise.cpp
 //   supervise.cpp       CMD's process group: fork/exec, subreaper, signals, terminal, lost lock
-//   ls.cpp              `zklock ls`: the queue and the holders' acquire records
+//   ls.cpp              `zklock ls`: the queue and the holders' acquire records; -r: every lock below
+//   holders.cpp         who holds a lock, for exec's conflict messages and its --verbose queue reports
 //   wait.cpp            `zklock wait`: until the path has no contenders
 //
 // Include this after every other header of a file: it imports the zklock module.
@@ -41,6 +42,7 @@ using steady = std::chrono::steady_clock;
 namespace exit_code {
 constexpr int ok = 0;
 constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, no new session in time
+constexpr int no_input = 66;        // EX_NOINPUT: ls: the path does not exist
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
@@ -100,6 +102,7 @@ struct options {
   int kill_signal = SIGTERM;
   ms grace = 5s;
   bool json = false;
+  bool recursive = false;  // ls -r: every lock at or below PATH
 };
 
 // ---- option values (values.cpp) -----------------------------------------------------------------
@@ -117,7 +120,8 @@ std::ptrdiff_t parse_permits(std::string_view text);
 
 /// Returns: the exit code and message for an exception from the library.
 exit_error classify(const std::exception& e);
-/// Returns: a session as `o` says. Throws: exit_error (usage for a bad connect string, else 69).
+/// Returns: a session as `o` says; warns (always) if the server granted another session timeout
+/// than the one asked for. Throws: exit_error (usage for a bad connect string, else 69).
 std::unique_ptr<zklock::session> open_session(const options& o);
 
 // ---- output for ls (output.cpp) -----------------------------------------------------------------
@@ -128,6 +132,34 @@ std::string iso_time(long long ms_since_epoch);
 std::string json_string(std::string_view s);
 /// Returns: a duration for people: "850ms", "12.3s", "4m05s", "2h07m".
 std::string span(long long ms_count);
+
+// ---- who holds it (holders.cpp) -----------------------------------------------------------------
+
+/// Returns: whether a lock of mode `m` queues with (and so waits for) contenders of side `k`.
+bool counts(lock_mode m, zklock::contender_side k);
+/// Returns: who `c` is, for people: "host db-1, pid 4127, since 2025-01-31T02:00:00.114Z, token 42"
+/// (the parts it stored; Curator stores only its IP address, as the host).
+std::string describe(const zklock::contender_info& c);
+/// Returns: who holds `o.path` in `o.mode` now, for a message: "held by host ..., token 42" (several
+/// holders separated by "; "), with the waiters queued and, for a semaphore, the leases used; ""
+/// if it cannot be read (the message is then said without it).
+std::string holders_of(zklock::session& s, const options& o);
+
+/// exec --verbose: a thread that watches the queue of `o.path` while exec waits for it and says,
+/// for each node that exec queues (again, on a new session), its position and whom it waits
+/// behind. Best effort: a failure ends the reports only.
+class queue_reporter {
+ public:
+  queue_reporter(zklock::session& s, const options& o);
+  /// Effects: stops the thread and waits for it. Never throws.
+  ~queue_reporter();
+  queue_reporter(const queue_reporter&) = delete;
+  queue_reporter& operator=(const queue_reporter&) = delete;
+
+ private:
+  std::stop_source stop_;
+  std::thread thread_;
+};
 
 // ---- the commands -------------------------------------------------------------------------------
 

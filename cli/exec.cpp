@@ -42,17 +42,6 @@ const char* taken_by(contender_side k) {
   return "?";
 }
 
-/// Returns: whether a lock of mode `m` queues with (and so waits for) contenders of side `k`.
-bool counts(lock_mode m, contender_side k) {
-  switch (m) {
-    case lock_mode::mutex: return k == contender_side::mutex;
-    case lock_mode::shared:
-    case lock_mode::write: return k == contender_side::read || k == contender_side::write;
-    case lock_mode::permits: return k == contender_side::lease;
-  }
-  return true;
-}
-
 const char* mode_name(lock_mode m) {
   switch (m) {
     case lock_mode::write: return "exclusive (write) lock";
@@ -194,8 +183,11 @@ int run_exec(const options& o) {
 
   locks l;
   bool acquired = false;
+  const auto asked = steady::now();
   {
     acquire_interrupter interrupter{*s, sigfd.get()};
+    std::optional<queue_reporter> reporter;  // --verbose: where exec queues, and behind whom
+    if (g_verbose && o.timeout != ms::zero()) reporter.emplace(*s, o);
     try {
       acquired = l.acquire(*s, o);
     } catch (...) {
@@ -211,17 +203,22 @@ int run_exec(const options& o) {
     }
   }
   if (!acquired) {
-    if (*o.timeout == ms::zero()) say("%s is taken (--timeout 0: no waiting)", o.path.c_str());
-    else say("timed out after %lld ms waiting for %s", static_cast<long long>(o.timeout->count()), o.path.c_str());
+    const std::string who = holders_of(*s, o);  // the conflict names the holders
+    const std::string tail = who.empty() ? "" : ": " + who;
+    if (*o.timeout == ms::zero()) say("%s is taken (--timeout 0: no waiting)%s", o.path.c_str(), tail.c_str());
+    else say("timed out after %lld ms waiting for %s%s", static_cast<long long>(o.timeout->count()), o.path.c_str(),
+             tail.c_str());
     return exit_code::timeout;
   }
+  const long long waited = std::chrono::duration_cast<ms>(steady::now() - asked).count();
 
   auto h = make_hold(o, l);
   if (!h) {
     say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
     return exit_code::lost;
   }
-  if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h->token));
+  if (g_verbose) say("holding %s (token %lld) after waiting %s", o.path.c_str(), static_cast<long long>(h->token),
+                     span(waited).c_str());
   if (auto record = record_acquire(*s, o, l, h->token)) {  // gone before the lock is released
     h->release = [record = std::move(record), release = std::move(h->release)] {
       record->release();
