@@ -72,7 +72,7 @@ std::string holders_of(zklock::session& s, const options& o) {
 }
 
 queue_reporter::queue_reporter(zklock::session& s, const options& o) {
-  thread_ = std::thread([this, &s, &o, stop = stop_.get_token()] {
+  thread_ = std::thread([&s, &o, stop = stop_.get_token()] {
     std::vector<std::string> told;  // the nodes of ours reported so far
     try {
       zklock::watch_contenders(s, o.path, {steady::time_point::max(), stop}, [&](const std::vector<contender_info>& q) {
