@@ -141,8 +141,8 @@ bool counts(lock_mode m, zklock::contender_side k);
 /// (the parts it stored; Curator stores only its IP address, as the host).
 std::string describe(const zklock::contender_info& c);
 /// Returns: who holds `o.path` in `o.mode` now, for a message: "held by host ..., token 42" (several
-/// holders separated by "; "), with the waiters queued and, for a semaphore, the leases used; ""
-/// if it cannot be read (the message is then said without it).
+/// holders separated by "; "), then in parentheses a semaphore's leases used and the waiters queued
+/// (others than this session's); "" if it cannot be read (the message is then said without it).
 std::string holders_of(zklock::session& s, const options& o);
 
 /// exec --verbose: a thread that watches the queue of `o.path` while exec waits for it and says,

@@ -65,10 +65,11 @@ std::string holders_of(zklock::session& s, const options& o) {
     }
   }
   std::string out = holders == 0 ? "nobody holds it now (it was released meanwhile)" : "held by " + held;
-  if (o.mode == lock_mode::permits && holders > 0) out += " (" + std::to_string(holders) + " of " +
-                                                          std::to_string(o.permits) + " leases used)";
-  if (waiters > 0) out += ", " + count_of(waiters, "waiter") + " queued";
-  return out;
+  std::string notes;  // "(1 of 2 leases used, 3 waiters queued)"
+  if (o.mode == lock_mode::permits && holders > 0)
+    notes = std::to_string(holders) + " of " + std::to_string(o.permits) + " leases used";
+  if (waiters > 0) notes += (notes.empty() ? "" : ", ") + count_of(waiters, "waiter") + " queued";
+  return notes.empty() ? out : out + " (" + notes + ")";
 }
 
 queue_reporter::queue_reporter(zklock::session& s, const options& o) {

@@ -80,7 +80,14 @@ TEST(CliVisibility, ATimeoutNamesTheHolder) {
     EXPECT_NE(err.find(start + "held by " + holder_text(h)), std::string::npos) << err;
     EXPECT_NE(err.find(", token " + std::to_string(token)), std::string::npos) << err;
   }
+  // Others waiting are counted (not the one that gives up).
+  zklock_run waiter{exec_args({}, {path, "--", "true"})};
+  ASSERT_TRUE(await_children(path, 2, waiter)) << waiter.err();
+  zklock_run r{exec_args({}, {"--timeout", "0", path, "--", "echo", "ran"})};
+  EXPECT_EQ(run(r), 124) << r.err();
+  EXPECT_NE(r.err().find(", token " + std::to_string(token) + " (1 waiter queued)\n"), std::string::npos) << r.err();
   EXPECT_EQ(h.release(), 0);
+  EXPECT_EQ(run(waiter), 0) << waiter.err();
 }
 
 // Two readers hold: a writer that gives up names both; a lease taker names the leases used.
