@@ -11,7 +11,8 @@
 //                       CMD to supervise.cpp
 //   lock.cpp            `zklock lock`: hold until a signal or the end of stdin
 //   supervise.cpp       CMD's process group: fork/exec, subreaper, signals, terminal, lost lock
-//   ls.cpp              `zklock ls`: the queue and the holders' acquire records
+//   ls.cpp              `zklock ls`: the queue and the holders' acquire records; -r: every lock below
+//   holders.cpp         who holds a lock, for exec's conflict messages and its --verbose queue reports
 //   wait.cpp            `zklock wait`: until the path has no contenders
 //
 // Include this after every other header of a file: it imports the zklock module.
@@ -45,6 +46,7 @@ using steady = std::chrono::steady_clock;
 namespace exit_code {
 constexpr int ok = 0;
 constexpr int unavailable = 69;     // EX_UNAVAILABLE: cannot reach ZooKeeper, no new session in time
+constexpr int no_input = 66;        // EX_NOINPUT: ls: the path does not exist
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
@@ -114,6 +116,7 @@ struct options {
   std::vector<zklock::auth_info> auth;  // --auth, --auth-file; else $ZKLOCK_AUTH
   bool auth_given = false;              // --auth or --auth-file given: $ZKLOCK_AUTH is not read
   std::vector<zklock::acl_entry> acl;   // exec --acl: of the nodes it creates (empty: the library's default)
+  bool recursive = false;  // ls -r: every lock at or below PATH
 };
 
 // ---- option values (values.cpp) -----------------------------------------------------------------
@@ -160,9 +163,10 @@ std::vector<zklock::acl_entry> parse_acl(std::string_view spec);
 
 /// Returns: the exit code and message for an exception from the library.
 exit_error classify(const std::exception& e);
-/// Returns: a session as `o` says; with --verbose, says which server it reached. Throws: exit_error:
-/// usage for a bad connect string, 78 for a missing chroot, 77 for refused credentials, else 69
-/// with why (a host that does not resolve, a refused connection, a server that does not answer).
+/// Returns: a session as `o` says; with --verbose, says which server it reached; warns (always) if
+/// the server granted another session timeout than the one asked for. Throws: exit_error: usage
+/// for a bad connect string, 78 for a missing chroot, 77 for refused credentials, else 69 with why
+/// (a host that does not resolve, a refused connection, a server that does not answer).
 std::unique_ptr<zklock::session> open_session(const options& o);
 
 // ---- the servers of a connect string (diagnose.cpp) ---------------------------------------------
@@ -187,6 +191,34 @@ std::string iso_time(long long ms_since_epoch);
 std::string json_string(std::string_view s);
 /// Returns: a duration for people: "850ms", "12.3s", "4m05s", "2h07m".
 std::string span(long long ms_count);
+
+// ---- who holds it (holders.cpp) -----------------------------------------------------------------
+
+/// Returns: whether a lock of mode `m` queues with (and so waits for) contenders of side `k`.
+bool counts(lock_mode m, zklock::contender_side k);
+/// Returns: who `c` is, for people: "host db-1, pid 4127, since 2025-01-31T02:00:00.114Z, token 42"
+/// (the parts it stored; Curator stores only its IP address, as the host).
+std::string describe(const zklock::contender_info& c);
+/// Returns: who holds `o.path` in `o.mode` now, for a message: "held by host ..., token 42" (several
+/// holders separated by "; "), then in parentheses a semaphore's leases used and the waiters queued
+/// (others than this session's); "" if it cannot be read (the message is then said without it).
+std::string holders_of(zklock::session& s, const options& o);
+
+/// exec --verbose: a thread that watches the queue of `o.path` while exec waits for it and says,
+/// for each node that exec queues (again, on a new session), its position and whom it waits
+/// behind. Best effort: a failure ends the reports only.
+class queue_reporter {
+ public:
+  queue_reporter(zklock::session& s, const options& o);
+  /// Effects: stops the thread and waits for it. Never throws.
+  ~queue_reporter();
+  queue_reporter(const queue_reporter&) = delete;
+  queue_reporter& operator=(const queue_reporter&) = delete;
+
+ private:
+  std::stop_source stop_;
+  std::thread thread_;
+};
 
 // ---- the commands -------------------------------------------------------------------------------
 

@@ -132,8 +132,11 @@ acquire_result acquire_lock(const options& o, int sigfd, int input) {
   zklock::session& s = *st->session;
 
   bool acquired = false;
+  const auto asked = steady::now();
   {
     acquire_interrupter interrupter{s, sigfd, input};
+    std::optional<queue_reporter> reporter;  // --verbose: where it queues, and behind whom
+    if (g_verbose && o.timeout != ms::zero()) reporter.emplace(s, o);
     // Returns: the exit code if a signal or the end of input ended the acquire (the session is closed).
     auto interrupted = [&]() -> std::optional<int> {
       if (const int sig = interrupter.stop()) {
@@ -155,15 +158,21 @@ acquire_result acquire_lock(const options& o, int sigfd, int input) {
     if (const auto code = interrupted()) return {std::nullopt, *code};  // came just as the lock was granted
   }
   if (!acquired) {
+    const std::string who = holders_of(s, o);  // the conflict names the holders
+    const std::string tail = who.empty() ? "" : ": " + who;
     if (*o.timeout == ms::zero())
-      say("%s is taken (%s: no waiting)", o.path.c_str(),
-          o.timeout_by == "--nonblock" ? "--nonblock" : (o.timeout_by + " 0").c_str());
-    else say("timed out after %lld ms waiting for %s", static_cast<long long>(o.timeout->count()), o.path.c_str());
+      say("%s is taken (%s: no waiting)%s", o.path.c_str(),
+          o.timeout_by == "--nonblock" ? "--nonblock" : (o.timeout_by + " 0").c_str(), tail.c_str());
+    else
+      say("timed out after %lld ms waiting for %s%s", static_cast<long long>(o.timeout->count()), o.path.c_str(),
+          tail.c_str());
     return {std::nullopt, o.conflict_code};
   }
+  const long long waited = std::chrono::duration_cast<ms>(steady::now() - asked).count();
 
   held_lock h = make_hold(o, st->l);
-  if (g_verbose) say("holding %s (token %lld)", o.path.c_str(), static_cast<long long>(h.token));
+  if (g_verbose)
+    say("holding %s (token %lld) after waiting %s", o.path.c_str(), static_cast<long long>(h.token), span(waited).c_str());
   if (auto record = record_acquire(s, o, st->l, h.token)) {  // gone before the lock is released
     h.release = [record = std::move(record), release = std::move(h.release)] {
       record->release();

@@ -22,20 +22,21 @@ constexpr const char* usage_text = R"(Usage:
   zklock exec [OPTIONS] PATH [--] CMD [ARGS...]
   zklock exec [OPTIONS] PATH -c STRING
   zklock lock [OPTIONS] PATH
-  zklock ls   [OPTIONS] PATH
+  zklock ls   [OPTIONS] [-r] PATH
   zklock wait [OPTIONS] PATH
   zklock --help | --version
 )";
 
 constexpr const char* footer_text =
     R"(Durations (D): a number with a unit: 250ms, 10s, 2m, 1h, 1.5s; a plain number means seconds.
-Options may come before or after PATH; the common options (--connect, --session-timeout,
---connect-timeout, -v) before the command too. CMD starts after '--', or at the first word after
+Options may come before or after PATH; the common options (--connect, --auth, --auth-file,
+--session-timeout, --connect-timeout, -v) before the command too. CMD starts after '--', or at the first word after
 PATH that is not an option.
 
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
   0    lock: released after a signal or the end of stdin; wait: PATH is free; ls: listed
+  66   ls: PATH does not exist (nothing holds or waits for it)
   69   cannot reach ZooKeeper (a host that does not resolve, no server answers): no session at
        the start, or no new one before --timeout after the session ended while waiting (given a
        new one, exec and lock queue again and wait on)
@@ -87,7 +88,9 @@ constexpr const char* ls_text =
     "List the contenders of PATH in queue order: position, state (holder or waiter), kind, fencing token, host, "
     "pid and start time of each (zklock stores host, pid and time in its nodes; for Curator's nodes the host is "
     "the IP address they store), and for holders that are zklock exec processes what their acquire cost: wait, "
-    "hold time so far, wake-ups and ZooKeeper requests (exec records them beside its node while it holds).";
+    "hold time so far, wake-ups and ZooKeeper requests (exec records them beside its node while it holds). A "
+    "semaphore's listing says how many of its leases are used. With -r, every lock and semaphore at or below PATH, "
+    "each with its holders and waiters. A PATH that does not exist exits 66.";
 constexpr const char* wait_text =
     "Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.";
 
@@ -212,7 +215,9 @@ struct command_line {
     value(sub, "--connect", "HOSTS",
           "ZooKeeper servers, \"host:port[,host:port...][/chroot]\" (default: $ZOOKEEPER_HOSTS)",
           [this](const std::string& v) { o.connect = v; }, common_group);
-    value(sub, "--session-timeout", "D", "session timeout asked of the server (default 10s)",
+    value(sub, "--session-timeout", "D",
+          "session timeout asked of the server (default 10s); the server may clamp it to its limits (zklock "
+          "warns): the granted one is how long a dead zklock keeps its lock",
           [this](const std::string& v) { o.session_timeout = parse_duration("--session-timeout", v, false); },
           common_group);
     value(sub, "--connect-timeout", "D", "give up connecting after D (default 5s)",
@@ -257,7 +262,10 @@ struct command_line {
     add_common(lock);
 
     ls = command("ls", ls_text);
-    flag(ls, "--json", "one JSON object per contender and line", [this] { o.json = true; });
+    flag(ls, "--json", "one JSON object per contender and line (with -r: one JSON document)",
+         [this] { o.json = true; });
+    flag(ls, "-r,--recursive", "every lock and semaphore at or below PATH, with its holders and waiters",
+         [this] { o.recursive = true; });
     add_common(ls);
 
     wait = command("wait", wait_text);

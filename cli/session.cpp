@@ -100,12 +100,21 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   const std::string at = "cannot connect to ZooKeeper at \"" + *o.connect + "\": ";
   try {
     auto s = std::make_unique<zklock::session>(std::move(so));
+    const long long granted = s->negotiated_timeout().count(), asked = o.session_timeout.count();
     if (g_verbose) {
       std::string server = reached_server(*s, *o.connect);
       if (server.empty()) server = "\"" + *o.connect + "\"";  // (the connection dropped already)
-      say("connected to %s (session 0x%llx)", server.c_str(), static_cast<unsigned long long>(s->id()));
+      say("connected to %s (session 0x%llx, session timeout %lld ms granted)", server.c_str(),
+          static_cast<unsigned long long>(s->id()), granted);
     }
     if (g_verbose && !o.auth.empty()) say("authenticated as %s", identities(o.auth).c_str());
+    // The server keeps a session timeout within its minSessionTimeout and maxSessionTimeout (by
+    // default 2 and 20 ticks): the granted one, not the one asked for, is how long a dead zklock
+    // keeps its lock, and how long the session outlives a silent connection.
+    if (granted > 0 && granted != asked)
+      say("warning: the server granted a session timeout of %lld ms, not the %lld ms asked for (its %s): a dead "
+          "zklock keeps its lock for up to %lld ms",
+          granted, asked, granted < asked ? "maxSessionTimeout" : "minSessionTimeout", granted);
     return s;
   } catch (const std::invalid_argument& e) {
     usage_error(tidy(e.what()));

@@ -54,13 +54,19 @@ contender_side side_of(detail::contender_kind k) noexcept {
   return contender_side::mutex;
 }
 
+/// Returns: the lease count in a semaphore node's data ("leases=N"), if it is one.
+std::optional<std::size_t> leases_in(std::string_view data) {
+  if (!data.starts_with("leases=")) return std::nullopt;
+  const auto n = whole_number(data.substr(7));
+  if (!n || *n < 1) return std::nullopt;
+  return static_cast<std::size_t>(*n);
+}
+
 /// Returns: the lease count stored on a semaphore node ("leases=N"), if any.
 std::optional<std::size_t> stored_leases(session& s, const std::string& path) {
   const auto info = detail::read_node(s, path);
-  if (!info || !info->data.starts_with("leases=")) return std::nullopt;
-  const auto n = whole_number(std::string_view{info->data}.substr(7));
-  if (!n || *n < 1) return std::nullopt;
-  return static_cast<std::size_t>(*n);
+  if (!info) return std::nullopt;
+  return leases_in(info->data);
 }
 
 // A hold record is an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
@@ -180,15 +186,18 @@ stored_hold_record record_hold(session& s, std::string_view path_in, std::int64_
   return out;
 }
 
-std::vector<contender_info> contenders(session& s, std::string_view path_in) {
-  const std::string path = detail::checked_path(std::string{path_in});
-  const auto listing = detail::list_children(s, path, nullptr, detail::clock::now() + s.options().connect_timeout);
-  if (!listing) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
+namespace {
 
+/// Returns: the contenders of the lock node `path` among its children `listing`, in queue order,
+/// judged by each side's rule, each holder with its hold record; `leases()` gives the stored lease
+/// count (called only if there are leases).
+template <class Leases>
+std::vector<contender_info> queue_of(session& s, const std::string& path, const std::vector<std::string>& listing,
+                                     Leases leases) {
   constexpr unsigned all_kinds = 0xf;
   std::vector<detail::contender> present;
   std::vector<contender_info> out;
-  for (auto& c : detail::sorted_contenders(*listing, all_kinds)) {
+  for (auto& c : detail::sorted_contenders(listing, all_kinds)) {
     const auto info = detail::read_node(s, path + "/" + c.name);
     if (!info) continue;  // left meanwhile
     contender_info ci;
@@ -220,9 +229,9 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
     }
   });
   if (std::any_of(out.begin(), out.end(), [](const contender_info& c) { return c.side == contender_side::lease; })) {
-    if (const auto leases = stored_leases(s, path)) {
+    if (const std::optional<std::size_t> n = leases()) {
       judge(detail::semaphore_rule::kinds,
-            [&](const auto& q, std::size_t i) { return detail::stand(detail::semaphore_rule{*leases}, q, i).held(); });
+            [&](const auto& q, std::size_t i) { return detail::stand(detail::semaphore_rule{*n}, q, i).held(); });
     } else {
       for (auto& ci : out)
         if (ci.side == contender_side::lease) ci.state = contender_state::unknown;
@@ -231,7 +240,7 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i].position = i;
 
   // The holders' hold records (zklock exec stores one per hold; others store none).
-  for (const auto& name : *listing) {
+  for (const auto& name : listing) {
     const auto token = record_token(name);
     if (!token) continue;
     const auto holder = std::find_if(out.begin(), out.end(), [&](const contender_info& c) {
@@ -241,6 +250,94 @@ std::vector<contender_info> contenders(session& s, std::string_view path_in) {
     if (const auto info = detail::read_node(s, path + "/" + name)) holder->record = parse_record(info->data);
   }
   return out;
+}
+
+/// Returns: the children of `path` (none if it is missing). Throws: operation_timeout if the
+/// connection stays down for connect_timeout; as list_children.
+std::vector<std::string> children_of(session& s, const std::string& path) {
+  auto listing = detail::list_children(s, path, nullptr, detail::clock::now() + s.options().connect_timeout);
+  if (!listing) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
+  return std::move(*listing);
+}
+
+/// Returns: the lock node `path`, whose data is `data`, with its children `listing`.
+lock_listing listing_of(session& s, const std::string& path, std::string_view data, const std::vector<std::string>& listing) {
+  lock_listing out;
+  out.path = path;
+  out.leases = leases_in(data);
+  out.contenders = queue_of(s, path, listing, [&] { return out.leases; });
+  for (const auto& name : listing)
+    if (!detail::parse_contender(name) && !record_token(name)) ++out.other_children;
+  return out;
+}
+
+/// Effects: appends to `out` the lock `path` (if it is one: it has contenders or stores a lease
+/// count) and every lock below it, depth first. Returns: false if `path` does not exist.
+bool collect_locks(session& s, const std::string& path, std::vector<lock_listing>& out) {
+  const auto info = detail::read_node(s, path);
+  if (!info) return false;
+  auto listing = children_of(s, path);
+  std::sort(listing.begin(), listing.end());
+  auto here = listing_of(s, path, info->data, listing);
+  if (!here.contenders.empty() || here.leases) out.push_back(std::move(here));
+  for (const auto& name : listing) {
+    if (detail::parse_contender(name) || record_token(name)) continue;  // (ephemeral: no children)
+    const std::string child = path == "/" ? "/" + name : path + "/" + name;
+    if (child == "/zookeeper") continue;  // the server's own
+    collect_locks(s, child, out);          // (a child that went meanwhile is skipped)
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<contender_info> contenders(session& s, std::string_view path_in) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  return queue_of(s, path, children_of(s, path), [&] { return stored_leases(s, path); });
+}
+
+std::optional<lock_listing> inspect_lock(session& s, std::string_view path_in) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  const auto info = detail::read_node(s, path);
+  if (!info) return std::nullopt;
+  return listing_of(s, path, info->data, children_of(s, path));
+}
+
+std::optional<std::vector<lock_listing>> locks_below(session& s, std::string_view prefix_in) {
+  const std::string prefix = detail::checked_path(std::string{prefix_in});
+  std::vector<lock_listing> out;
+  if (!collect_locks(s, prefix, out)) return std::nullopt;
+  return out;
+}
+
+bool watch_contenders(session& s, std::string_view path_in, const wait_context& wc,
+                      const std::function<bool(const std::vector<contender_info>&)>& on_change) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  // One session's looks: list with a children watch, report, wait for the watch; false at the
+  // deadline or on a stop. A session that ends under them: on_live_session looks again on the next.
+  const auto look = [&]() -> bool {
+    for (;;) {
+      if (wc.stop.stop_requested()) return false;
+      const auto w = std::make_shared<wake_condition_variable::waiter>();
+      const std::stop_callback on_stop{wc.stop, [&w] { w->wake(); }};
+      struct unwatch {  // on every way out (a no-op once the watch fired)
+        session& s;
+        const std::string& path;
+        const wake_target* w;
+        ~unwatch() { detail::drop_watch(s, path, true, w); }
+      } guard{s, path, w.get()};
+      // Each listing within connect_timeout, as contenders(): a caller's stop is never stuck behind
+      // a listing that waits for the connection.
+      const auto limit = std::min(wc.deadline, detail::clock::now() + s.options().connect_timeout);
+      bool missing = false;
+      const auto listing = detail::list_children(s, path, w, limit, &missing);
+      if (!listing && limit < wc.deadline) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
+      if (!listing || missing) return false;
+      if (!on_change(queue_of(s, path, *listing, [&] { return stored_leases(s, path); }))) return true;
+      if (!w->wait_until(wc.deadline) || wc.stop.stop_requested()) return false;
+    }
+  };
+  return on_live_session(s, wc, look).value_or(false);
 }
 
 }  // namespace zklock

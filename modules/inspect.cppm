@@ -116,6 +116,41 @@ stored_hold_record record_hold(session& s, std::string_view path, std::int64_t t
 /// operation_timeout if the connection stays down for connect_timeout).
 std::vector<contender_info> contenders(session& s, std::string_view path);
 
+/// A lock node as inspect_lock() and locks_below() find it: its queue, and what else it stores.
+struct lock_listing {
+  std::string path;                        ///< the lock node's full path
+  std::optional<std::size_t> leases;       ///< the lease count a semaphore node stores ("leases=N")
+  std::vector<contender_info> contenders;  ///< its queue, as contenders() lists it
+  std::size_t other_children = 0;          ///< children that are neither contenders nor hold
+                                           ///< records (nodes below it, such as other locks)
+};
+
+/// Returns: the lock node `path` with its queue (as contenders()) and its stored lease count, or
+/// nullopt if the node does not exist (unlike contenders(), which cannot tell a missing node from
+/// a free one).
+/// Throws: as contenders().
+std::optional<lock_listing> inspect_lock(session& s, std::string_view path);
+
+/// Returns: every lock at or below the node `prefix` — each node with contenders, and each
+/// semaphore node (it stores a lease count, and stays when free) — in depth-first order, children
+/// by name; nullopt if `prefix` does not exist. A free lock that is not a semaphore leaves at
+/// most an empty node behind (a container, which the server deletes), which cannot be told from
+/// any other empty node: it is not listed. Nodes that go while being read are skipped.
+/// Throws: as contenders().
+std::optional<std::vector<lock_listing>> locks_below(session& s, std::string_view prefix);
+
+/// Effects: calls `on_change(queue)` on this thread with the contenders of the lock node `path` (as
+/// contenders() lists them), then again each time its children change, using a children watch,
+/// never polling, until `on_change` returns false or the node is found missing (a missing node has
+/// no children to watch). When the session ends under it, it lists again on the next session (as
+/// wait_until_free). Leaves no watch behind.
+/// Returns: true once `on_change` returned false; false if the node is missing (or gone), or if
+/// `wc`'s deadline passed first or its stop was requested.
+/// Throws: as wait_until_free (what `on_change` throws included); also operation_timeout if the
+/// connection stays down for connect_timeout while it lists (as contenders()).
+bool watch_contenders(session& s, std::string_view path, const wait_context& wc,
+                      const std::function<bool(const std::vector<contender_info>&)>& on_change);
+
 /// Effects: blocks until the lock node `path` has no contenders of any kind (nobody holds it and
 /// nobody waits; a missing node counts as free), using a children watch, never polling; calls
 /// `on_busy(n)` (if given, on this thread) each time it finds n > 0 contenders and waits. When the

@@ -70,12 +70,13 @@ std::optional<queued_node> create_and_list(session& s, const std::string& lock_p
                                            std::string_view data, clock::time_point deadline,
                                            std::size_t* sent = nullptr);
 
-/// Returns: the children of `path` (none if it is missing), arming a children watch that wakes
-/// `watcher`, if given; nullopt if `deadline` passed.
+/// Returns: the children of `path` (none if it is missing: then `*missing`, if given, is set and no
+/// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`
+/// passed.
 /// Throws: std::system_error: session_expired, session_closed, or the server's refusal, naming `path`.
 std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,
                                                       const std::shared_ptr<wake_target>& watcher,
-                                                      clock::time_point deadline);
+                                                      clock::time_point deadline, bool* missing = nullptr);
 
 /// What a node watch found.
 enum class node_seen {

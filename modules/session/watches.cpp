@@ -131,7 +131,7 @@ std::optional<node_seen> watch_node(session& sess, const std::string& path, cons
 
 std::optional<std::vector<std::string>> list_children(session& sess, const std::string& path,
                                                       const std::shared_ptr<wake_target>& watcher,
-                                                      clock::time_point deadline) {
+                                                      clock::time_point deadline, bool* missing) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: listing ", path, "READ", path};
   String_vector kids{};
@@ -143,6 +143,7 @@ std::optional<std::vector<std::string>> list_children(session& sess, const std::
   });
   if (!rc) return std::nullopt;
   std::vector<std::string> out;
+  if (missing) *missing = *rc == ZNONODE;
   if (*rc == ZNONODE) return out;
   if (*rc != ZOK) fail(*rc, what);
   out.reserve(static_cast<std::size_t>(kids.count));

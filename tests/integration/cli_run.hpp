@@ -5,9 +5,11 @@
 #pragma once
 #include <sys/wait.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -157,5 +159,47 @@ inline std::vector<std::string> lines(const std::string& text) {
   for (std::string l; std::getline(in, l);) out.push_back(l);
   return out;
 }
+
+/// Returns: the number after "token=" in `line` (0 if none).
+inline std::int64_t token_in(const std::string& line) {
+  const auto pos = line.find("token=");
+  return pos == std::string::npos ? 0 : std::stoll(line.substr(pos + 6));
+}
+
+inline std::string hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+/// Returns: `zklock exec --connect ... MODE... REST...`.
+inline std::vector<std::string> exec_args(const std::vector<std::string>& mode, const std::vector<std::string>& rest) {
+  std::vector<std::string> a{"exec", "--connect", zkt::connect()};
+  a.insert(a.end(), mode.begin(), mode.end());
+  a.insert(a.end(), rest.begin(), rest.end());
+  return a;
+}
+
+/// A holder: `zklock exec [mode...] PATH -- sh -c 'echo held token=...; read x; exit 0'`. It holds until
+/// release(); held() waits for CMD to start and returns its token.
+struct holder {
+  zklock_run run;
+  holder(const std::string& path, std::vector<std::string> mode = {})
+      : run([&] {
+          std::vector<std::string> a{"exec", "--connect", zkt::connect()};
+          a.insert(a.end(), mode.begin(), mode.end());
+          a.insert(a.end(), {path, "--", "sh", "-c", "echo held token=$ZKLOCK_FENCING_TOKEN; read x; exit 0"});
+          return a;
+        }()) {}
+  std::int64_t held() {
+    const auto line = run.read_line();
+    EXPECT_TRUE(line && line->starts_with("held token=")) << (line ? *line : "(no line)") << "\n" << run.err();
+    return line ? token_in(*line) : 0;
+  }
+  int release() {
+    run.close_stdin();
+    return run.wait();
+  }
+};
 
 }  // namespace zkcli_test
