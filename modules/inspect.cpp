@@ -114,12 +114,24 @@ std::optional<std::int64_t> record_token(std::string_view name) {
 
 }  // namespace
 
-bool wait_until_free(session& s, std::string_view path_in, const wait_context& wc,
-                     const std::function<void(std::size_t)>& on_busy) {
-  const std::string path = detail::checked_path(std::string{path_in});
-  constexpr unsigned all_kinds = 0xf;
-  // One session's looks: list with a children watch until the node is free; false at the deadline
-  // or on a stop. A session that ends under them: on_live_session looks again on the next one.
+namespace {
+
+/// Returns: `limit`, or what calling it returns (a deadline computed for each listing).
+detail::clock::time_point deadline_of(detail::clock::time_point t) { return t; }
+template <class F>
+detail::clock::time_point deadline_of(const F& f) {
+  return f();
+}
+
+/// Effects: lists `path` with a children watch and hands the listing to `seen` (nullopt if the
+/// listing's deadline, `limit`, passed; `missing` if the node does not exist), waits for the
+/// watch, and again, until
+/// `seen` returns a value, `wc`'s deadline passes or its stop is requested. A session that ends
+/// under it: on_live_session looks again on the next one. Leaves no watch behind.
+/// Returns: what `seen` returned; false at the deadline or on the stop. Throws:
+/// errc::operation_timeout if a listing bounded before `wc`'s deadline ran out; what `seen` throws.
+template <class Limit, class Seen>
+bool each_listing(session& s, const std::string& path, const wait_context& wc, const Limit& limit, Seen seen) {
   const auto look = [&]() -> bool {
     for (;;) {
       if (wc.stop.stop_requested()) return false;
@@ -131,15 +143,31 @@ bool wait_until_free(session& s, std::string_view path_in, const wait_context& w
         const wake_target* w;
         ~unwatch() { detail::drop_watch(s, path, true, w); }
       } guard{s, path, w.get()};
-      const auto listing = detail::list_children(s, path, w, wc.deadline);
-      if (!listing) return false;
-      const std::size_t n = detail::sorted_contenders(*listing, all_kinds).size();
-      if (n == 0) return true;
-      if (on_busy) on_busy(n);
+      const auto until = deadline_of(limit);
+      bool missing = false;
+      const auto listing = detail::list_children(s, path, w, until, &missing);
+      if (!listing && until < wc.deadline) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
+      if (const auto done = seen(listing, missing)) return *done;
       if (!w->wait_until(wc.deadline) || wc.stop.stop_requested()) return false;
     }
   };
   return on_live_session(s, wc, look).value_or(false);
+}
+
+}  // namespace
+
+bool wait_until_free(session& s, std::string_view path_in, const wait_context& wc,
+                     const std::function<void(std::size_t)>& on_busy) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  constexpr unsigned all_kinds = 0xf;
+  using listing_type = std::optional<std::vector<std::string>>;
+  return each_listing(s, path, wc, wc.deadline, [&](const listing_type& listing, bool) -> std::optional<bool> {
+    if (!listing) return false;  // the deadline passed (a missing node is free: no contenders)
+    const std::size_t n = detail::sorted_contenders(*listing, all_kinds).size();
+    if (n == 0) return true;
+    if (on_busy) on_busy(n);
+    return std::nullopt;
+  });
 }
 
 void validate_lock_path(std::string_view path) { detail::validate_path(path, "lock path"); }
@@ -313,31 +341,15 @@ std::optional<std::vector<lock_listing>> locks_below(session& s, std::string_vie
 bool watch_contenders(session& s, std::string_view path_in, const wait_context& wc,
                       const std::function<bool(const std::vector<contender_info>&)>& on_change) {
   const std::string path = detail::checked_path(std::string{path_in});
-  // One session's looks: list with a children watch, report, wait for the watch; false at the
-  // deadline or on a stop. A session that ends under them: on_live_session looks again on the next.
-  const auto look = [&]() -> bool {
-    for (;;) {
-      if (wc.stop.stop_requested()) return false;
-      const auto w = std::make_shared<wake_condition_variable::waiter>();
-      const std::stop_callback on_stop{wc.stop, [&w] { w->wake(); }};
-      struct unwatch {  // on every way out (a no-op once the watch fired)
-        session& s;
-        const std::string& path;
-        const wake_target* w;
-        ~unwatch() { detail::drop_watch(s, path, true, w); }
-      } guard{s, path, w.get()};
-      // Each listing within connect_timeout, as contenders(): a caller's stop is never stuck behind
-      // a listing that waits for the connection.
-      const auto limit = std::min(wc.deadline, detail::clock::now() + s.options().connect_timeout);
-      bool missing = false;
-      const auto listing = detail::list_children(s, path, w, limit, &missing);
-      if (!listing && limit < wc.deadline) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
-      if (!listing || missing) return false;
-      if (!on_change(queue_of(s, path, *listing, [&] { return stored_leases(s, path); }))) return true;
-      if (!w->wait_until(wc.deadline) || wc.stop.stop_requested()) return false;
-    }
-  };
-  return on_live_session(s, wc, look).value_or(false);
+  // Each listing within connect_timeout, as contenders(): a caller's stop is never stuck behind a
+  // listing that waits for the connection.
+  const auto limit = [&] { return std::min(wc.deadline, detail::clock::now() + s.options().connect_timeout); };
+  using listing_type = std::optional<std::vector<std::string>>;
+  return each_listing(s, path, wc, limit, [&](const listing_type& listing, bool missing) -> std::optional<bool> {
+    if (!listing || missing) return false;  // the deadline passed, or no node to watch
+    if (!on_change(queue_of(s, path, *listing, [&] { return stored_leases(s, path); }))) return true;
+    return std::nullopt;
+  });
 }
 
 }  // namespace zklock

@@ -448,7 +448,7 @@ TEST(CliMessages, RefusedAndSilentServersAreToldApart) {
   // connect timeout. Then the live one is told apart from it: it answers.
   const std::string live = zkt::connect();
   for (int i = 0; i < 4; ++i) {
-    zklock_run d{{"ls", "--connect", quiet + "," + live, "--connect-timeout", "300ms", zkt::unique_path("msg")}};
+    zklock_run d{{"wait", "--connect", quiet + "," + live, "--connect-timeout", "300ms", zkt::unique_path("msg")}};
     const int code = run(d);
     ASSERT_TRUE(code == 0 || code == 69) << code << ": " << d.err();
     if (code == 0) continue;  // it reached the live server first
@@ -490,7 +490,7 @@ TEST(CliMessages, VerboseNamesTheServerReached) {
   const std::string live = zkt::connect();
   ASSERT_EQ(live.find(','), std::string::npos) << "the fixture is one server";
   const std::string dead = "127.0.0.1:" + std::to_string(zkt::free_port());
-  zklock_run r{{"-v", "ls", "--connect", dead + "," + live, zkt::unique_path("msg-v")}};
+  zklock_run r{{"-v", "wait", "--connect", dead + "," + live, zkt::unique_path("msg-v")}};
   EXPECT_EQ(run(r), 0) << r.err();
   const auto err = r.err();
   EXPECT_NE(err.find("zklock: connected to " + live + " (session 0x"), std::string::npos) << err;
@@ -498,7 +498,7 @@ TEST(CliMessages, VerboseNamesTheServerReached) {
 
   // A name is named as given, with the address it reached.
   const std::string port = live.substr(live.rfind(':') + 1);
-  zklock_run named{{"-v", "ls", "--connect", "localhost:" + port, zkt::unique_path("msg-v")}};
+  zklock_run named{{"-v", "wait", "--connect", "localhost:" + port, zkt::unique_path("msg-v")}};
   EXPECT_EQ(run(named), 0) << named.err();
   EXPECT_NE(named.err().find("zklock: connected to localhost:" + port + " at "), std::string::npos) << named.err();
 }
