@@ -148,27 +148,21 @@ TYPED_TEST(PathKinds, MixedContendersNeverOverlap) {
 TYPED_TEST(PathKinds, CuratorsNodesOfEachKindCount) {
   zklock::session s{zkt::options()};
   zkt::raw_client curator;
-  {
-    const auto path = zkt::unique_path("kinds-curator-writ");
+  struct row {
+    const char* node;  // Curator's node name prefix
+    kind ours;         // the zklock contender it keeps waiting
+  };
+  for (const row r : {row{"_c_0b8e1b6a-5a3c-4c33-9a1e-6b0f2f3d7c11-__WRIT__", kind::mutex},
+                      row{"_c_6f1d2e3c-8b4a-4f5e-9c7d-1a2b3c4d5e6f-lock-", kind::read}}) {
+    const auto path = zkt::unique_path("kinds-curator");
     zkt::create_path(path);
-    const auto node = curator.create_ephemeral_sequential(path + "/_c_0b8e1b6a-5a3c-4c33-9a1e-6b0f2f3d7c11-__WRIT__");
+    const auto node = curator.create_ephemeral_sequential(path + "/" + r.node);
     ASSERT_TRUE(node);
-    typename TypeParam::mutex m{s, path};
-    EXPECT_FALSE(m.try_lock()) << "a mutex beside Curator's writer";
+    contender<TypeParam> c{s, path, r.ours};
+    EXPECT_FALSE(c.try_lock()) << "a " << name(r.ours) << " beside Curator's " << r.node;
     EXPECT_EQ(curator.remove(*node), 0);
-    EXPECT_TRUE(m.try_lock());
-    m.unlock();
-  }
-  {
-    const auto path = zkt::unique_path("kinds-curator-lock");
-    zkt::create_path(path);
-    const auto node = curator.create_ephemeral_sequential(path + "/_c_6f1d2e3c-8b4a-4f5e-9c7d-1a2b3c4d5e6f-lock-");
-    ASSERT_TRUE(node);
-    typename TypeParam::shared_mutex rw{s, path};
-    EXPECT_FALSE(rw.try_lock_shared()) << "a reader beside Curator's mutex holder";
-    EXPECT_EQ(curator.remove(*node), 0);
-    EXPECT_TRUE(rw.try_lock_shared());
-    rw.unlock_shared();
+    EXPECT_TRUE(c.try_lock());
+    c.unlock();
   }
 }
 
