@@ -2,6 +2,7 @@
 // zklock::session on a real server: connect, chroot, digest auth, state listeners, expiry and
 // re-establishment, on_live_session (work done again on the next session), bad input, log routing
 // and close.
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -774,6 +775,61 @@ TEST(SessionClose, ClosedSessionRefusesEverything) {
   EXPECT_EQ(s.state(), session_state::closed);
   EXPECT_EQ(log.states(), std::vector<session_state>{session_state::closed});
   held.unlock();  // nothing left to delete; must not throw
+}
+
+
+/// Returns: how many threads this process has (the entries of /proc/self/task).
+std::size_t thread_count() {
+  std::size_t n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// The check that stands in for LeakSanitizer on the C client's handles (the asan preset suppresses
+// the client's own leak on close: tests/support/lsan-zookeeper-close.supp). Every handle runs two
+// threads until zookeeper_close joins them, so a handle a session never closes -- on close(), on
+// destruction, or when an expired session is replaced -- leaves threads behind.
+TEST(SessionClose, AClosedSessionLeavesNoThreadBehind) {
+  {  // whatever the process starts once (the test helpers' own handle, any library-wide thread)
+    zklock::session warm{zkt::options()};
+    (void)zkt::children("/");
+  }
+  const auto await_threads = [](std::size_t n) {
+    const auto deadline = steady::now() + 10s;  // a joined thread leaves /proc a moment after the join
+    while (thread_count() != n && steady::now() < deadline) std::this_thread::sleep_for(5ms);
+    return thread_count();
+  };
+  const std::size_t before = await_threads(thread_count());
+  {
+    zklock::session closed{zkt::options()};
+    zklock::mutex m{closed, zkt::unique_path("threads")};
+    m.lock();
+    closed.close();
+    m.unlock();
+
+    zklock::session destroyed{zkt::options()};
+    zklock::shared_mutex rw{destroyed, zkt::unique_path("threads")};
+    rw.lock_shared();
+    rw.unlock_shared();
+
+    state_log log;
+    auto o = zkt::options();
+    o.reestablish_after_expiry = true;
+    zklock::session replaced{o};
+    replaced.add_state_listener(log.listener());
+    ASSERT_TRUE(zkt::expire(replaced));
+    ASSERT_TRUE(log.wait([](const auto& v) { return in_order(v, {session_state::expired, session_state::connected}); },
+                         30s))
+        << describe(log.states());
+    zklock::mutex again{replaced, zkt::unique_path("threads")};
+    again.lock();
+    again.unlock();
+    EXPECT_GT(thread_count(), before) << "three live sessions and no thread of their own?";
+  }
+  EXPECT_EQ(await_threads(before), before) << "a session's handle was left open";
 }
 
 }  // namespace
