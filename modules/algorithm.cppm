@@ -316,7 +316,7 @@ template <class Rule>
 /// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
 template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
 step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, const Rule& rule,
-                                      const wait_context& wc, acquire_counters* count) {
+                                      const wait_context& wc, acquire_counters* count, send_turn* turn) {
   const clock::time_point deadline = wc.deadline;
   if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
   // Our last release of this lock may still be on its way (settle_before_requeue): queue once it
@@ -325,6 +325,12 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     auto settled = [&s, &lock_path](const std::shared_ptr<wake_target>& w) { return release_settled(s, lock_path, w); };
     if (!co_await wait_until_ready<Wakeup>(s, settled, deadline, wc.stop)) co_return std::nullopt;
   }
+  // An asynchronous acquire sends its create once those started before it on this path did (a
+  // lock object's acquires queue in the order of the calls); a try without a wait does not wait.
+  if (turn && clock::now() < deadline) {
+    auto in_turn = [turn](const std::shared_ptr<wake_target>& w) { return turn->ready(w); };
+    if (!co_await wait_until_ready<Wakeup>(s, in_turn, deadline, wc.stop)) co_return std::nullopt;
+  }
   // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
   // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
   std::optional<attempt<Wakeup>> attempted;
@@ -332,7 +338,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   {
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
-                                  count ? &count->requests : nullptr);
+                                  count ? &count->requests : nullptr, turn);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);
@@ -480,13 +486,17 @@ step<Result> retry_on_next_session(session& s, const wait_context& wc, Attempt a
 /// lost hold is reported by its loss signal. Returns: the grant, or nullopt on timeout or
 /// cancellation (nothing left behind). Throws: std::system_error: session_expired if no next
 /// session is connected before the deadline or none will come (reestablish_after_expiry off; its
-/// re-establishment was refused for good); others as queue_once. `lock_path`, `rule` and `wc` must
-/// outlive the step.
+/// re-establishment was refused for good); others as queue_once. `lock_path`, `rule`, `wc` and
+/// `turn` (an asynchronous acquire's turn to send its create, if any) must outlive the step.
 template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
 step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
-                                        const wait_context& wc, acquire_counters* count = nullptr) {
+                                        const wait_context& wc, acquire_counters* count = nullptr,
+                                        send_turn* turn = nullptr) {
   return retry_on_next_session<Wakeup>(
-      s, wc, [&s, &lock_path, &rule, &wc, count] { return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count); },
+      s, wc,
+      [&s, &lock_path, &rule, &wc, count, turn] {
+        return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count, turn);
+      },
       count ? &count->requeues : nullptr);
 }
 

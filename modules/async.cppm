@@ -15,12 +15,12 @@
 // by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
 // nor the algorithm, so a slow continuation delays neither watches nor other acquires.
 //
-// Limits worth knowing. A session's asynchronous acquires take turns on its one algorithm thread:
-// their requests are sent one acquire at a time (each step waits for its round trip), and a step
-// that waits through a disconnection holds the others up until the connection is back, the session
-// is given up, or that step's deadline passes. Cancel a pending acquire with its stop token, never
-// by destroying the coroutine suspended in its co_await (the completion would resume a destroyed
-// frame); await an awaitable while its lock object lives.
+// Limits worth knowing. A session's asynchronous acquires run their steps on the session's step
+// threads (zklock:step), several at once: their requests are in flight together, and a step that
+// waits for a reply or through a disconnection holds up no other acquire, its deadline or its stop
+// (up to max_step_threads steps at once; beyond, steps wait for a thread). Cancel a pending acquire
+// with its stop token, never by destroying the coroutine suspended in its co_await (the completion
+// would resume a destroyed frame); await an awaitable while its lock object lives.
 module;
 #include <chrono>
 #include <concepts>
@@ -59,8 +59,8 @@ export namespace zklock {
 
 /// Runs a completion: a callable taking the function to run (e.g. one that posts it to an asio
 /// strand or an event loop's queue). It may run it later on any thread, or at once; run inline, a
-/// completion runs on the session's algorithm thread and must neither block nor destroy the lock
-/// or the session. An empty executor (the default) means the session's completion thread.
+/// completion runs on one of the session's step threads and must neither block nor destroy the
+/// lock or the session. An empty executor (the default) means the session's completion thread.
 using executor = std::function<void(std::function<void()>)>;
 
 /// A hold granted by an asynchronous acquire: of a mutex, of either side of a shared mutex, or one
@@ -217,7 +217,7 @@ class pending_acquires {
     return closing_;
   }
   /// Effects: stops every registered acquire and waits until each has handed its completion over
-  /// (not from `r`'s algorithm thread: there nothing can be waited for), then until the completion
+  /// (not from one of `r`'s step threads: there nothing can be waited for), then until the completion
   /// thread ran those it got. Never throws.
   void close(async_runner* r) noexcept {
     std::unique_lock lk{mu_};
@@ -307,7 +307,7 @@ void finish_async(session& s, const std::string& path, const hooks_ref<typename 
 
 /// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
 /// outlives it): what it needs besides the algorithm's own frames, on the heap until it ends.
-/// The algorithm (acquire_node with wake_resume) runs detached on the runner's algorithm thread;
+/// The algorithm (acquire_node with wake_resume) runs detached on the runner's step threads;
 /// when it ends, `finished` hands the outcome to `done(std::error_code, lock_hold)` on `ex`.
 template <LockPolicies P, class Rule, class Done>
 struct async_acquire {
@@ -320,6 +320,7 @@ struct async_acquire {
   wait_context wc;  // the deadline, and the ticket's stop token
   executor ex;
   Done done;
+  send_turn turn;  // its create goes out after those of the acquires of `path` started before it
   acquire_probe<P> probe{};
   std::stop_callback<stop_relay> link{user_stop, stop_relay{t.stop}};  // a user's stop ends the wait
 
@@ -335,10 +336,11 @@ struct async_acquire {
                     a->ex, std::move(a->done));
   }
 
-  /// Returns: the detached algorithm of `a`, to resume once on the algorithm thread (from then on
+  /// Returns: the detached algorithm of `a`, to resume once on a step thread (from then on
   /// it owns `a`).
   static std::coroutine_handle<> make(std::unique_ptr<async_acquire>& a) {
-    auto h = acquire_node<typename P::watch, wake_resume>(a->s, a->path, a->rule, a->wc, a->probe.counters())
+    auto h = acquire_node<typename P::watch, wake_resume>(a->s, a->path, a->rule, a->wc, a->probe.counters(),
+                                                          &a->turn)
                  .detach(&finished, a.get());
     a.release();
     return h;
@@ -374,7 +376,7 @@ class async_side {
       using acquire = async_acquire<P, Rule, Done>;
       auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop, async_ticket{r, pending_, id, own},
                                                     wait_context{bounded.deadline, own.get_token()}, std::move(ex),
-                                                    std::move(done), acquire_probe<P>{}}};
+                                                    std::move(done), send_turn{r, path_}, acquire_probe<P>{}}};
       acquire* const raw = a.get();
       const auto task = acquire::make(a);  // from here on the algorithm owns `*raw`
       try {

@@ -55,6 +55,17 @@ struct queued_node {
   std::int32_t lock_data_length = 0;                ///< the lock node's data length, with the listing
 };
 
+/// What an acquire that must send its create in turn (the asynchronous acquires of one lock path,
+/// zklock:step's send_turn) is told by create_and_list: its create is on its way, in order.
+class create_sent {
+ public:
+  /// Effects: the create was handed to the client, or none will be sent. Never throws.
+  virtual void sent() noexcept = 0;
+
+ protected:
+  ~create_sent() = default;
+};
+
 /// Effects: creates `lock_path` (and missing parents) as container nodes if missing, then an
 /// ephemeral-sequential node `lock_path/prefix<seq>` holding `data`, and sends the listing of
 /// `lock_path` right behind the create, without waiting for the create's reply (the server serves a
@@ -63,12 +74,13 @@ struct queued_node {
 /// at a time, finding a node whose create's outcome was unknown by its prefix after reconnecting
 /// and adopting it only if it belongs to this session.
 /// Returns: the node and the listing (nullopt: list again), or nullopt if `deadline` passed
-/// (nothing left behind). Adds the number of requests sent to `*sent`, if given.
+/// (nothing left behind). Adds the number of requests sent to `*sent`, if given. Calls
+/// `turn->sent()`, if given, once the contender's create is handed to the client (or will not be).
 /// Throws: std::system_error: session_expired, session_closed, or the server's refusal (e.g.
 /// no_auth), naming the lock path.
 std::optional<queued_node> create_and_list(session& s, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline,
-                                           std::size_t* sent = nullptr);
+                                           std::size_t* sent = nullptr, create_sent* turn = nullptr);
 
 /// Returns: the children of `path` (none if it is missing: then `*missing`, if given, is set and no
 /// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`

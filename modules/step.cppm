@@ -11,15 +11,20 @@
 //     resumes it on the session's runner thread. That is how the asynchronous acquires
 //     (zklock:async) wait: a thousand waiting acquires are a thousand suspended coroutine frames,
 //     not a thousand threads.
-// The runner of a session has two threads, started by its first asynchronous acquire: the
-// algorithm thread (runs every asynchronous acquire's steps and its requests, one at a time, and
-// its timers) and the completion thread (runs completions that have no executor of their own).
-// Neither is ever ZooKeeper's event or I/O thread: a watch only posts the coroutine to resume.
+// The runner of a session, started by its first asynchronous acquire, has three kinds of thread:
+// its step threads (run the asynchronous acquires' steps, each step with its requests; several
+// acquires' steps at once, so their requests are in flight together and one that waits for a
+// round trip or a reconnection holds up no other), its timer thread (resumes the waits whose
+// deadline passed; never runs a step) and its completion thread (runs completions that have no
+// executor of their own). A step thread is started when a step is posted and none is idle, up to
+// max_step_threads; they end with the runner. None is ever ZooKeeper's event or I/O thread: a
+// watch only posts the coroutine to resume.
 module;
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -28,11 +33,15 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 export module zklock:step;
 import :session;
 import :wakeup;
+import :operations;
 
 // Outside any `export`: reachable by the lock templates wherever they are instantiated, never
 // visible to `import zklock;`.
@@ -113,21 +122,49 @@ class [[nodiscard]] step {
 
 class resume_waiter;
 
+/// The order in which a session's asynchronous acquires of one lock path send their creates: the
+/// order they were started in (so a lock object's acquires queue as they were called), while
+/// everything else they send, and the acquires of other paths, go at once. Thread-safe.
+class send_order {
+ public:
+  /// Returns: the next ticket of `path` (the order of the calls).
+  std::uint64_t take(const std::string& path);
+  /// Returns: whether every earlier ticket of `path` is done (sent its create, or gave up); if not,
+  /// `w` is woken once they are.
+  bool my_turn(const std::string& path, std::uint64_t ticket, const std::shared_ptr<wake_target>& w);
+  /// Effects: `ticket` of `path` is done; wakes the next one's waiter when its turn comes. Never throws.
+  void done(const std::string& path, std::uint64_t ticket) noexcept;
+
+ private:
+  struct line {
+    std::uint64_t next = 0;                 // the next ticket to give
+    std::uint64_t serving = 0;              // every ticket below it is done
+    std::set<std::uint64_t> finished;       // done, above `serving`
+    std::map<std::uint64_t, std::shared_ptr<wake_target>> waiting;
+  };
+  std::mutex mu_;
+  std::map<std::string, line, std::less<>> lines_;  // a line goes once every ticket is done
+};
+
 /// The threads that run a session's asynchronous acquires (see the banner). Thread-safe.
 class async_runner {
  public:
   using clock = std::chrono::steady_clock;
+  /// How many steps may run at once (each holds a thread while its requests wait for replies).
+  static constexpr std::size_t max_step_threads = 64;
   /// Effects: a runner without threads yet (start() starts them).
   async_runner();
   /// Effects: stop(). Never throws.
   ~async_runner();
-  /// Effects: starts the algorithm and completion threads, which keep `self` (this runner) alive
-  /// until they end (after stop()). Throws: std::system_error if a thread cannot be started.
+  /// Effects: starts the timer and completion threads and one step thread, which keep `self` (this
+  /// runner) alive until they end (after stop()). Throws: std::system_error if a thread cannot be
+  /// started.
   void start(const std::shared_ptr<async_runner>& self);
   async_runner(const async_runner&) = delete;
   async_runner& operator=(const async_runner&) = delete;
 
-  /// Effects: resumes `h` (or runs `f`) on the algorithm thread, after what was posted before.
+  /// Effects: resumes `h` (or runs `f`) on a step thread (starting one if none is idle and fewer
+  /// than max_step_threads run). Posts run in the order posted, several at once.
   void post(std::coroutine_handle<> h);
   void post(std::function<void()> f);
   /// Effects: runs `f` on `ex` if given, else on the completion thread; then counts one acquire
@@ -141,16 +178,20 @@ class async_runner {
 
   /// Effects: wakes every suspended wait (their acquires then see the closed session), and waits
   /// until every acquire started has handed its completion over and, unless called from the
-  /// completion thread, until those of the completion thread have run. From the algorithm thread
-  /// it waits for nothing. Never throws.
+  /// completion thread, until those of the completion thread have run. From a step thread it
+  /// waits for nothing. Never throws.
   void drain() noexcept;
   /// Effects: waits until every completion queued for the completion thread so far has run
-  /// (returns at once on the completion or algorithm thread). Never throws.
+  /// (returns at once on one of the runner's threads). Never throws.
   void flush_completions() noexcept;
   /// Returns: whether the caller runs on one of this runner's threads.
   bool on_runner_thread() const noexcept;
   /// Returns: whether the caller runs on its completion thread.
   bool on_completion_thread() const noexcept;
+  /// Returns: how many step threads it has started (for tests and benchmarks).
+  std::size_t step_threads() const noexcept;
+  /// Returns: the order of its acquires' creates, per lock path.
+  send_order& order() noexcept { return order_; }
 
   /// Effects: stops and joins the threads (detaches a thread that calls it); pending work is
   /// dropped. Idempotent. Never throws.
@@ -163,11 +204,15 @@ class async_runner {
   void cancel_timer(const timer_key& k) noexcept;
   void track(resume_waiter* w, std::weak_ptr<resume_waiter> p);
   void untrack(resume_waiter* w) noexcept;
-  void run_algorithm();
+  /// Effects: starts one more step thread if `spawn` says so (mu_ not held). Never throws.
+  void add_step_thread(bool spawn) noexcept;
+  void run_steps();
+  void run_timers();
   void run_completions();
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // the algorithm thread's
+  std::condition_variable cv_;       // the step threads'
+  std::condition_variable timer_cv_; // the timer thread's
   std::condition_variable done_cv_;  // drain and flush waiters'
   std::condition_variable comp_cv_;  // the completion thread's
   std::deque<std::function<void()>> tasks_;
@@ -178,14 +223,16 @@ class async_runner {
   std::uint64_t unfinished_ = 0;      // acquires begun whose completion was not handed over yet
   std::uint64_t queued_seq_ = 0;      // completions queued for the completion thread
   std::uint64_t run_seq_ = 0;         // of which have run
+  std::size_t idle_ = 0;              // step threads waiting for a task
+  std::size_t starting_ = 0;          // step threads being started
   bool stopping_ = false;
-  std::thread algorithm_;
+  std::weak_ptr<async_runner> self_;  // what a new step thread keeps alive
+  send_order order_;
+  std::vector<std::thread> steps_;
+  std::thread timer_;
   std::thread completion_;
 };
 
-/// What a wait of an asynchronous acquire waits on (the wake_resume model's waiter): a watch
-/// firing, a stop request or the session's state wakes it, or its deadline passes; either resumes
-/// the suspended acquire on the algorithm thread, once. One waiter serves one wait.
 class resume_waiter final : public wake_target, public std::enable_shared_from_this<resume_waiter> {
  public:
   /// Effects: a waiter whose acquire runs on `r`.
@@ -223,6 +270,33 @@ struct wake_resume {
 /// Returns: whether `W` is the asynchronous model (its waits suspend) rather than a blocking one.
 template <class W>
 concept ResumingWakeup = requires { requires W::resumes; };
+
+/// One asynchronous acquire's turn to send its create (send_order): taken when it starts, given up
+/// once the create is sent (create_and_list) or when the acquire ends. Thread-safe.
+class send_turn final : public create_sent {
+ public:
+  /// Effects: takes the next ticket of `path` on `r`.
+  send_turn(std::shared_ptr<async_runner> r, std::string path)
+      : r_(std::move(r)), path_(std::move(path)), ticket_(r_->order().take(path_)) {}
+  /// Effects: sent().
+  ~send_turn() { sent(); }
+  send_turn(const send_turn&) = delete;
+  send_turn& operator=(const send_turn&) = delete;
+  /// Effects: gives the turn up (once). Never throws.
+  void sent() noexcept override {
+    if (!done_.exchange(true)) r_->order().done(path_, ticket_);
+  }
+  /// Returns: whether it may send (its turn came, or it sent already); if not, `w` is woken when it may.
+  bool ready(const std::shared_ptr<wake_target>& w) {
+    return done_.load() || r_->order().my_turn(path_, ticket_, w);
+  }
+
+ private:
+  std::shared_ptr<async_runner> r_;
+  std::string path_;
+  std::uint64_t ticket_;
+  std::atomic<bool> done_{false};
+};
 
 /// Returns: the runner of `s`, started by the first call. Throws: std::system_error if its threads
 /// cannot be started.

@@ -67,23 +67,43 @@ ACL_vector* contender_acl(session_impl& s) {
   return s.opts.auth.empty() ? &ZOO_OPEN_ACL_UNSAFE : &CREATOR_ALL_WORLD_READ_ACL;
 }
 
-/// Creates every missing ancestor of `path` and `path` itself as container nodes.
+/// Creates every missing ancestor of `path` and `path` itself as container nodes: `path` first
+/// (usually the only one missing), walking up only while a parent is missing too, then down again.
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
                                      clock::time_point deadline, std::size_t* sent) {
-  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos != path.size() && path[pos] != '/') continue;
-    const std::string prefix = path.substr(0, pos);
-    const call_name what{"zklock: creating ", prefix, "CREATE", parent_of(prefix)};
+  auto create = [&](const std::string& node) -> std::optional<int> {
+    const call_name what{"zklock: creating ", node, "CREATE", parent_of(node)};
     if (sent) ++*sent;
     auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) {
-      return zoo_create(zh, prefix.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
+      return zoo_create(zh, node.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
     });
+    if (rc && *rc != ZOK && *rc != ZNODEEXISTS && *rc != ZNONODE) fail(*rc, what);
+    return rc;
+  };
+  for (;;) {
+    std::vector<std::string> below;  // missing nodes under the deepest one that exists, deepest first
+    std::string node = path;
+    for (;;) {
+      const auto rc = create(node);
+      if (!rc) return std::nullopt;
+      if (*rc != ZNONODE) break;
+      below.push_back(node);
+      node = std::string{parent_of(node)};  // "/" always exists: a top-level node never says ZNONODE
+    }
+    if (below.empty()) return ZOK;
+    below.erase(below.begin());  // `path` itself: created again below, last
+    bool vanished = false;
+    for (auto it = below.rbegin(); it != below.rend() && !vanished; ++it) {
+      const auto rc = create(*it);
+      if (!rc) return std::nullopt;
+      vanished = *rc == ZNONODE;  // a parent went meanwhile (deleted by someone): start over
+    }
+    if (vanished) continue;
+    const auto rc = create(path);
     if (!rc) return std::nullopt;
-    if (*rc != ZOK && *rc != ZNODEEXISTS) fail(*rc, what);
+    if (*rc != ZNONODE) return ZOK;
   }
-  return ZOK;
 }
-
 
 namespace {
 
@@ -91,16 +111,17 @@ namespace {
 /// if it would not let this session delete its contender node again (ZooKeeper checks DELETE on
 /// the parent): the create would succeed and the release fail, leaving a node that blocks the
 /// queue for the whole session. A missing lock node is fine: zklock creates it with an ACL that
-/// lets its creator delete. Returns: false if `deadline` passed. Throws: errc::no_auth.
-bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g, clock::time_point deadline,
-                     std::size_t* sent) {
-  if (s.deletable.contains(lock_path)) return true;
+/// lets its creator delete. Returns: nullopt if `deadline` passed, else whether the lock node is
+/// missing (as far as this call saw: false once the path was checked). Throws: errc::no_auth.
+std::optional<bool> check_deletable(session_impl& s, const std::string& lock_path, std::uint64_t g,
+                                    clock::time_point deadline, std::size_t* sent) {
+  if (s.deletable.contains(lock_path)) return false;
   const call_name what{"zklock: reading the ACL of ", lock_path, "READ or ADMIN", lock_path};
   ACL_vector acl{};
   struct Stat st {};
   if (sent) ++*sent;
   auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
-  if (!rc) return false;
+  if (!rc) return std::nullopt;
   if (*rc == ZOK) {
     std::vector<acl_entry> entries;
     for (int i = 0; i < acl.count; ++i)
@@ -120,7 +141,7 @@ bool check_deletable(session_impl& s, const std::string& lock_path, std::uint64_
     fail(*rc, what);
   }
   s.deletable.insert(lock_path);
-  return true;
+  return *rc == ZNONODE;
 }
 
 }  // namespace
@@ -136,6 +157,7 @@ struct pipelined_replies {
   std::mutex mu;
   std::condition_variable cv;
   int outstanding = 0;
+  int parent_rc = ZOK;  // the lock node's create, when it was missing
   int create_rc = ZSYSTEMERROR;
   std::string created;
   std::int64_t czxid = 0;
@@ -150,6 +172,15 @@ struct pipelined_replies {
     cv.notify_all();
   }
 };
+
+extern "C" void on_pipelined_parent(int rc, const char*, const void* data) {
+  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
+  {
+    std::lock_guard lk{r->mu};
+    r->parent_rc = rc;
+  }
+  r->done();
+}
 
 extern "C" void on_pipelined_create(int rc, const char* name, const struct Stat* st, const void* data) {
   auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
@@ -190,22 +221,48 @@ extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, cons
 }  // namespace
 
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
-                                           std::string_view data, clock::time_point deadline, std::size_t* sent) {
+                                           std::string_view data, clock::time_point deadline, std::size_t* sent,
+                                           create_sent* turn) {
+  struct turn_guard {  // the turn ends with the create's send, or when this call ends
+    create_sent* t;
+    void done() noexcept {
+      if (t) std::exchange(t, nullptr)->sent();
+    }
+    ~turn_guard() { done(); }
+  } in_turn{turn};
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: queueing under ", lock_path, "CREATE", lock_path};
   const std::uint64_t g = s.states.live_generation(what);
-  if (!check_deletable(s, lock_path, g, deadline, sent)) return std::nullopt;
+  const auto missing = check_deletable(s, lock_path, g, deadline, sent);
+  if (!missing) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
   pipelined_replies r;
   {
     std::shared_lock hl{s.handle.mu};  // as a synchronous call: the handle stays open meanwhile
     s.states.check_live(g, what);
-    r.outstanding = 2;
+    // A lock node found missing is created right before the contender, in the same round trip (a
+    // fresh path costs two: the ACL check and this). If its parent is missing too, every create
+    // fails with ZNONODE and the one-request path below creates the parents.
+    int unsent = 0;  // of the requests counted in r.outstanding: not sent, so no completion comes
+    r.outstanding = *missing ? 3 : 2;
+    if (*missing) {
+      const int prc = zoo_acreate(s.handle.zh, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER,
+                                  &on_pipelined_parent, &r);
+      if (prc == ZOK && sent) ++*sent;
+      if (prc != ZOK) ++unsent;
+    }
     const int crc = zoo_acreate2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
                                  contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
+    in_turn.done();  // queued behind the creates sent before it: the next acquire of the path may send
     if (crc == ZOK && sent) ++*sent;
     if (crc != ZOK) {
-      // Not sent (the handle is not connected, or bad arguments): the one-request path decides.
+      // Not sent (the handle is not connected, or bad arguments): the one-request path decides,
+      // once the lock node's create, if sent, has its completion (it refers to `r`).
+      {
+        std::unique_lock lk{r.mu};
+        r.outstanding -= unsent + 2;
+        r.cv.wait(lk, [&] { return r.outstanding == 0; });
+      }
       hl.unlock();
       auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
       if (!node) return std::nullopt;
@@ -215,8 +272,9 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     // it may be a semaphore's node) in the reply.
     const int lrc = zoo_aget_children2(s.handle.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
     if (lrc == ZOK && sent) ++*sent;
+    if (lrc != ZOK) ++unsent;
     std::unique_lock lk{r.mu};
-    if (lrc != ZOK) --r.outstanding;  // no completion will come for it
+    r.outstanding -= unsent;  // no completion will come for those
     // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
     r.cv.wait(lk, [&] { return r.outstanding == 0; });
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The runner of a session's asynchronous acquires (zklock:step): its algorithm thread (posted
-// coroutine resumptions and tasks, and the waits' deadlines), its completion thread, the
+// The runner of a session's asynchronous acquires (zklock:step): its step threads (posted
+// coroutine resumptions and tasks, several at once), its timer thread (the waits' deadlines), its
+// completion thread, the
 // resume_waiter that a watch, a stop request or a deadline uses to resume a suspended acquire, and
 // the session's hooks: runner_of starts it, close() drains it, the session's destructor stops it.
 module;
@@ -33,14 +34,26 @@ namespace zklock::detail {
 
 // ---- the runner --------------------------------------------------------------------------------
 
+namespace {
+// The runner whose thread this is, and whether it is its completion thread (on_runner_thread).
+thread_local const async_runner* t_runner = nullptr;
+thread_local bool t_completion = false;
+}  // namespace
+
 async_runner::async_runner() = default;
 
 void async_runner::start(const std::shared_ptr<async_runner>& self) {
   // Each thread keeps the runner alive until it ends: a runner stopped from one of its own threads
   // (a completion that closes the session) is destroyed by that thread, after its loop is over.
-  algorithm_ = std::thread([self] { self->run_algorithm(); });
+  self_ = self;
   try {
+    timer_ = std::thread([self] { self->run_timers(); });
     completion_ = std::thread([self] { self->run_completions(); });
+    {
+      std::lock_guard lk{mu_};
+      ++starting_;
+    }
+    steps_.emplace_back([self] { self->run_steps(); });
   } catch (...) {
     stop();
     throw;
@@ -54,11 +67,30 @@ void async_runner::post(std::coroutine_handle<> h) {
 }
 
 void async_runner::post(std::function<void()> f) {
+  bool spawn;
   {
     std::lock_guard lk{mu_};
     tasks_.push_back(std::move(f));
+    // Every idle or starting thread takes one task: start another only for a task none will take.
+    spawn = !stopping_ && tasks_.size() > idle_ + starting_ && steps_.size() + starting_ < max_step_threads;
+    if (spawn) ++starting_;
   }
   cv_.notify_one();
+  add_step_thread(spawn);
+}
+
+void async_runner::add_step_thread(bool spawn) noexcept {
+  if (!spawn) return;
+  const auto self = self_.lock();
+  std::unique_lock lk{mu_};
+  if (self && !stopping_) {
+    try {
+      steps_.emplace_back([self] { self->run_steps(); });
+      return;  // run_steps counts it started
+    } catch (...) {  // no thread: the running ones take the task later
+    }
+  }
+  --starting_;
 }
 
 void async_runner::complete(const std::function<void(std::function<void()>)>& ex, std::function<void()> f) {
@@ -93,13 +125,13 @@ void async_runner::end_acquire() noexcept {
   done_cv_.notify_all();
 }
 
-bool async_runner::on_runner_thread() const noexcept {
-  const auto me = std::this_thread::get_id();
-  return me == algorithm_.get_id() || me == completion_.get_id();
-}
+bool async_runner::on_runner_thread() const noexcept { return t_runner == this; }
 
-bool async_runner::on_completion_thread() const noexcept {
-  return std::this_thread::get_id() == completion_.get_id();
+bool async_runner::on_completion_thread() const noexcept { return t_runner == this && t_completion; }
+
+std::size_t async_runner::step_threads() const noexcept {
+  std::lock_guard lk{mu_};
+  return steps_.size();
 }
 
 void async_runner::drain() noexcept {
@@ -110,13 +142,12 @@ void async_runner::drain() noexcept {
       if (auto s = w.lock()) wake.push_back(std::move(s));
   }
   for (auto& w : wake) w->wake();
-  const auto me = std::this_thread::get_id();
-  if (me == algorithm_.get_id()) return;
+  if (on_runner_thread() && !on_completion_thread()) return;  // a step: nothing can be waited for
   {
     std::unique_lock lk{mu_};
     done_cv_.wait(lk, [&] { return unfinished_ == 0 || stopping_; });
   }
-  if (me != completion_.get_id()) flush_completions();
+  if (!on_completion_thread()) flush_completions();
 }
 
 void async_runner::flush_completions() noexcept {
@@ -127,20 +158,25 @@ void async_runner::flush_completions() noexcept {
 }
 
 void async_runner::stop() noexcept {
+  std::vector<std::thread> threads;
   {
     std::lock_guard lk{mu_};
-    if (stopping_ && !algorithm_.joinable() && !completion_.joinable()) return;
     stopping_ = true;
+    threads = std::move(steps_);
+    steps_.clear();
+    if (timer_.joinable()) threads.push_back(std::move(timer_));
+    if (completion_.joinable()) threads.push_back(std::move(completion_));
   }
   cv_.notify_all();
+  timer_cv_.notify_all();
   comp_cv_.notify_all();
   done_cv_.notify_all();
-  for (std::thread* t : {&algorithm_, &completion_}) {
-    if (!t->joinable()) continue;
-    if (t->get_id() == std::this_thread::get_id())
-      t->detach();  // the last owner let go on this very thread: it ends by itself
+  for (std::thread& t : threads) {
+    if (!t.joinable()) continue;
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();  // the last owner let go on this very thread: it ends by itself
     else
-      t->join();
+      t.join();
   }
 }
 
@@ -153,7 +189,7 @@ async_runner::timer_key async_runner::add_timer(clock::time_point at, std::weak_
     timers_.emplace(k, std::move(w));
     first = timers_.begin()->first == k;
   }
-  if (first) cv_.notify_one();  // the algorithm thread sleeps until the earliest deadline
+  if (first) timer_cv_.notify_one();  // the timer thread sleeps until the earliest deadline
   return k;
 }
 
@@ -172,11 +208,30 @@ void async_runner::untrack(resume_waiter* w) noexcept {
   suspended_.erase(w);
 }
 
-void async_runner::run_algorithm() {
+void async_runner::run_steps() {
+  t_runner = this;
+  std::unique_lock lk{mu_};
+  --starting_;
+  for (;;) {
+    ++idle_;
+    cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+    --idle_;
+    if (stopping_) return;
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lk.unlock();
+    task();  // a step of an acquire: its requests hold this thread for their round trips
+    task = nullptr;
+    lk.lock();
+  }
+}
+
+void async_runner::run_timers() {
+  t_runner = this;
   std::unique_lock lk{mu_};
   for (;;) {
     if (stopping_) return;
-    // deadlines first: a wait that timed out resumes in deadline order
+    // a wait that timed out resumes in deadline order (its acquire's step runs on a step thread)
     std::vector<std::shared_ptr<resume_waiter>> due;
     const auto now = clock::now();
     while (!timers_.empty() && timers_.begin()->first.first <= now) {
@@ -190,23 +245,16 @@ void async_runner::run_algorithm() {
       lk.lock();
       continue;
     }
-    if (tasks_.empty()) {
-      if (timers_.empty())
-        cv_.wait(lk);
-      else
-        cv_.wait_until(lk, timers_.begin()->first.first);
-      continue;
-    }
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lk.unlock();
-    task();  // a step of an acquire: its requests block this thread for their round trips
-    task = nullptr;
-    lk.lock();
+    if (timers_.empty())
+      timer_cv_.wait(lk);
+    else
+      timer_cv_.wait_until(lk, timers_.begin()->first.first);
   }
 }
 
 void async_runner::run_completions() {
+  t_runner = this;
+  t_completion = true;
   std::unique_lock lk{mu_};
   for (;;) {
     comp_cv_.wait(lk, [&] { return stopping_ || !completions_.empty(); });
@@ -223,6 +271,53 @@ void async_runner::run_completions() {
     ++run_seq_;
     done_cv_.notify_all();
   }
+}
+
+// ---- the order of the creates ------------------------------------------------------------------
+
+std::uint64_t send_order::take(const std::string& path) {
+  std::lock_guard lk{mu_};
+  auto it = lines_.find(path);
+  if (it == lines_.end()) it = lines_.emplace(path, line{}).first;
+  return it->second.next++;
+}
+
+bool send_order::my_turn(const std::string& path, std::uint64_t ticket, const std::shared_ptr<wake_target>& w) {
+  std::lock_guard lk{mu_};
+  const auto it = lines_.find(path);
+  if (it == lines_.end() || it->second.serving >= ticket) return true;
+  if (w) it->second.waiting[ticket] = w;
+  return false;
+}
+
+void send_order::done(const std::string& path, std::uint64_t ticket) noexcept {
+  std::shared_ptr<wake_target> next;
+  {
+    std::lock_guard lk{mu_};
+    const auto it = lines_.find(path);
+    if (it == lines_.end()) return;
+    line& l = it->second;
+    l.waiting.erase(ticket);
+    if (ticket != l.serving) {
+      if (ticket > l.serving) l.finished.insert(ticket);  // ahead of its turn (stopped, failed)
+      return;
+    }
+    ++l.serving;
+    while (!l.finished.empty() && *l.finished.begin() == l.serving) {
+      l.finished.erase(l.finished.begin());
+      ++l.serving;
+    }
+    if (l.serving == l.next) {
+      lines_.erase(it);  // every ticket given is done
+      return;
+    }
+    const auto w = l.waiting.find(l.serving);
+    if (w != l.waiting.end()) {
+      next = std::move(w->second);
+      l.waiting.erase(w);
+    }
+  }
+  if (next) next->wake();
 }
 
 // ---- the waiter ----------------------------------------------------------------------------------

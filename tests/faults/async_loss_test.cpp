@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 #include "async_probe.hpp"
 #include "expect_error.hpp"
 #include "zk_test.hpp"
@@ -294,6 +295,48 @@ TEST(AsyncExpiry, PendingAcquiresQueueAgainOnTheNextSession) {
     EXPECT_EQ(zkt::stat_node(one.hold().path() + "/" + nodes.front()).ephemeral_owner, ws.id());
   }
   EXPECT_GT(ws.generation(), generation);
+}
+
+// A thousand acquires of one session, on a thousand held paths, still in flight (their requests
+// sent together, on the session's step threads) when the session expires: each queues again on the
+// next session and is granted once when its holder lets go; no path has a second node of ours.
+TEST(AsyncExpiry, AThousandInFlightThroughAnExpiryAreEachGrantedOnce) {
+  constexpr std::size_t n = 1000;
+  const auto base = zkt::unique_path("async-expiry-many");
+  zklock::session hs{zkt::options()};
+  zklock::session ws{zkt::options()};
+  std::vector<std::string> paths;
+  std::vector<std::unique_ptr<zklock::mutex>> held, waiting;
+  std::vector<completion> holders(n), waiters(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    paths.push_back(base + "/p" + std::to_string(i));
+    held.push_back(std::make_unique<zklock::mutex>(hs, paths[i]));
+    held[i]->async_lock(holders[i].callback());
+  }
+  for (auto& h : holders) {
+    ASSERT_TRUE(h.wait(60s));
+    ASSERT_TRUE(h.hold().owns_lock()) << h.code().message();
+  }
+  const auto generation = ws.generation();
+  for (std::size_t i = 0; i < n; ++i) {
+    waiting.push_back(std::make_unique<zklock::mutex>(ws, paths[i]));
+    waiting[i]->async_lock(waiters[i].callback());
+  }
+  ASSERT_TRUE(zkt::expire(ws));  // while many of them are on their way
+  ASSERT_TRUE(ws.await_next_generation(generation, std::chrono::steady_clock::now() + 60s));
+  for (auto& w : waiters) EXPECT_EQ(w.calls(), 0) << "completed while its holder holds: " << w.code().message();
+  for (auto& h : holders) h.hold().unlock();
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(waiters[i].wait(60s)) << paths[i] << ": never granted";
+    EXPECT_EQ(waiters[i].calls(), 1) << paths[i];
+    ASSERT_EQ(waiters[i].code(), std::error_code{}) << paths[i] << ": " << waiters[i].code().message();
+    const auto nodes = zkt::children(paths[i]);
+    ASSERT_EQ(nodes.size(), 1u) << paths[i] << ": a node of ours twice, or one left by the old session";
+    EXPECT_EQ(zkt::stat_node(paths[i] + "/" + nodes.front()).ephemeral_owner, ws.id()) << paths[i];
+  }
+  EXPECT_GT(ws.generation(), generation);
+  for (auto& w : waiters) w.hold().unlock();
+  for (std::size_t i = 0; i < n; i += 97) EXPECT_TRUE(zkt::children(paths[i]).empty()) << paths[i];
 }
 
 // Without re-establishment, the pending acquires fail with session_expired, leaving nothing.

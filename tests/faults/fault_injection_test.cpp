@@ -43,6 +43,7 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "async_probe.hpp"
 #include "child_process.hpp"
 #include "posix_io.hpp"
 #include "scratch_dir.hpp"
@@ -1229,6 +1230,63 @@ TEST(FaultInjection, HolderCutOffByThePartitionReportsLossBeforeTheWaiterAcquire
   EXPECT_EQ(holder_s.generation(), 2u);
   waiter.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+
+// Asynchronous acquires of one session step at once (issue 25): while one acquire's step waits for
+// the connection (the proxy cut it, so its requests cannot go out), another's stop request and a
+// third's deadline end them at once, with the session still suspended and the stuck one still
+// pending. On one thread of steps, both would wait behind the stuck step until the connection came
+// back or the session was given up.
+TEST(FaultInjection, AnAsyncAcquireStuckBehindADisconnectionDelaysNoOther) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto timeout = scaled(10000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
+  zklock::session s{o};
+  zklock::session hs{opts(zk.connect(), timeout)};
+  const auto stopped_path = zkt::unique_path("fi-async-stopped");
+  const auto timed_path = zkt::unique_path("fi-async-timed");
+  zklock::mutex stopped_holder{hs, stopped_path}, timed_holder{hs, timed_path};
+  stopped_holder.lock();
+  timed_holder.lock();
+
+  zklock::mutex stopped_m{s, stopped_path}, timed_m{s, timed_path}, stuck_m{s, zkt::unique_path("fi-async-stuck")};
+  zkt::completion stopped, timed, stuck;
+  std::stop_source stop;
+  stopped_m.async_lock(zklock::wait_context{steady_clock::now() + 10min, stop.get_token()}, stopped.callback());
+  timed_m.async_lock(zklock::wait_context{steady_clock::now() + scaled(6000ms)}, timed.callback());
+  for (const auto& p : {stopped_path, timed_path}) {  // both wait on a watch, no step running
+    ASSERT_TRUE(zkt::await_children(p, 2));
+    const auto holder = p + "/" + zkt::children(p).front();
+    ASSERT_TRUE(zkt::await_watch(holder, s)) << "no watch on " << holder;
+  }
+  ASSERT_EQ(proxy.command("cut"), "ok cut");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(30s))) << "the client never noticed";
+  stuck_m.async_lock(stuck.callback());  // no deadline: its first step waits for the connection
+  stop.request_stop();
+
+  ASSERT_TRUE(stopped.wait(scaled(30s))) << "the stopped acquire waited behind the stuck one";
+  EXPECT_EQ(stopped.code(), std::error_code{zklock::errc::cancelled}) << stopped.code().message();
+  EXPECT_EQ(stuck.calls(), 0) << "the connection is cut: the stuck acquire cannot have completed";
+  EXPECT_EQ(s.state(), zklock::session_state::suspended) << "completed only once the session was given up";
+  ASSERT_TRUE(timed.wait(scaled(30s))) << "the timed acquire waited behind the stuck one";
+  EXPECT_EQ(timed.code(), std::error_code{zklock::errc::lock_timeout}) << timed.code().message();
+  EXPECT_EQ(stuck.calls(), 0);
+  EXPECT_EQ(s.state(), zklock::session_state::suspended) << "completed only once the session was given up";
+
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_TRUE(stuck.wait(scaled(60s))) << "the stuck acquire never went on after the connection came back";
+  EXPECT_EQ(stuck.code(), std::error_code{}) << stuck.code().message();
+  EXPECT_TRUE(stuck.hold().owns_lock());
+  stuck.hold().unlock();
+  stopped_holder.unlock();
+  timed_holder.unlock();
+  hs.close();
+  s.close();
+  EXPECT_TRUE(zkt::children(stopped_path).empty());
+  EXPECT_TRUE(zkt::children(timed_path).empty());
 }
 
 }  // namespace
