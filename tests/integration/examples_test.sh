@@ -6,7 +6,9 @@
 # workers on a 2-slot semaphore (example_worker_pool: more running jobs than slots exits 1);
 # coroutines on one thread awaiting every lock type (example_async_coroutine) and the callback form
 # (example_async_callback): each exits 1 on broken exclusion, a lost update, a token out of order,
-# a completion run twice or never, or a deadline or stop token without its error.
+# a completion run twice or never, or a deadline or stop token without its error; and 200
+# coroutines of Asio on one strand (example_async_asio, when Asio was found): exits 1 on a lock
+# granted twice or never, two holders of the shared path, a resumption off the strand.
 #   examples_test.sh EXAMPLES_DIR
 set -euo pipefail
 bin=$1
@@ -48,5 +50,12 @@ echo "== example_async_coroutine: coroutines on one thread"
 
 echo "== example_async_callback: callbacks, no thread per waiter"
 "$bin/example_async_callback" 50
+
+if [[ -x $bin/example_async_asio ]]; then
+  echo "== example_async_asio: 209 coroutines of Asio on one strand"
+  "$bin/example_async_asio" 200
+else
+  echo "== example_async_asio: skipped (not built: configuring found no <asio.hpp>; install libasio-dev)"
+fi
 
 echo "== examples passed"
