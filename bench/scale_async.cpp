@@ -193,8 +193,8 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   holders.wait_all(300s);
   const double hold_ms = ms_since(t_hold);
   if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
-  scale::raw_view raw{o.connect};
   const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
+  const long long ephemerals0 = scale::mntr(o.connect, "zk_ephemerals_count");
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
@@ -204,13 +204,10 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
     locks[static_cast<std::size_t>(i)]->async_lock(
         [&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);
-  // every path lists its holder and its waiter (the nodes are created about in issue order: each
-  // path is listed until full, then the next), and at least one more watch per waiter is armed
-  int full = 0;
-  poll_until([&] {
-    while (full < n && raw.listing(base + "/async-many/p" + std::to_string(full)).first >= 2) ++full;
-    return full == n;
-  }, "saw every contender");
+  // every waiter's contender is on the server (one more ephemeral node each: one mntr per poll, not
+  // a listing per path, which would cap the rate measured at one path per round trip), and at least
+  // one more watch per waiter is armed
+  poll_until([&] { return scale::mntr(o.connect, "zk_ephemerals_count") >= ephemerals0 + n; }, "saw every contender");
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
