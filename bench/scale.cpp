@@ -2,7 +2,7 @@
 // scale — how zklock behaves with many locks and long queues (issue "Speed", part "Scale").
 //
 //   scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] [--sessions 10]
-//         [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000]
+//         [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000] [--async-limit 600]
 //
 // 1. One session holds --locks distinct locks at once (--threads threads lock them): time, locks/s,
 //    resident memory per lock object (constructed, then held), sizeof.
@@ -17,7 +17,8 @@
 //    children watch at the smallest W.
 // 3. --mode async (or both; blocking, the default, runs 1 and 2 only): one thread issues pending
 //    asynchronous acquires, --async-waiters on one lock path and --async-paths across as many
-//    paths; resident memory per pending acquire and the handoff rate (see scale_async.cpp).
+//    paths; resident memory per pending acquire and the handoff rate (see scale_async.cpp). Each
+//    wait (for the queue to fill, for the grants) fails after --async-limit seconds.
 // One JSON object per line on stdout; progress on stderr. Timings are not asserted; 3 exits 1 if
 // an acquire fails or grants come out of queue order.
 #include <unistd.h>
@@ -42,7 +43,8 @@
 import zklock;
 
 // 3. (--mode async or both) in scale_async.cpp: pending asynchronous acquires, one thread.
-bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths);
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths,
+                 std::chrono::seconds limit);
 
 namespace {
 
@@ -61,6 +63,7 @@ struct config {
   std::string mode = "blocking";  // blocking (1 and 2), async (3) or both
   int async_waiters = 1000;
   int async_paths = 10'000;
+  int async_limit = 600;  // seconds
 } cfg;
 
 std::vector<int> int_list(const std::string& v) {
@@ -79,6 +82,7 @@ void parse(int argc, char** argv) {
     else if (k == "--mode") cfg.mode = v;
     else if (k == "--async-waiters") cfg.async_waiters = std::max(1, std::stoi(v));
     else if (k == "--async-paths") cfg.async_paths = std::max(1, std::stoi(v));
+    else if (k == "--async-limit") cfg.async_limit = std::max(1, std::stoi(v));
     else throw std::invalid_argument("unknown flag " + k);
   }
   if (cfg.zk.empty()) throw std::invalid_argument("--zk HOST:PORT is required");
@@ -266,14 +270,16 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "scale: %s\nusage: scale --zk HOST:PORT [--locks 10000] [--threads 4] [--waiters 100,1000] "
-                 "[--sessions 10]\n       [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000]\n",
+                 "[--sessions 10]\n       [--mode blocking|async|both] [--async-waiters 1000] [--async-paths 10000]\n"
+                 "       [--async-limit 600]\n",
                  e.what());
     return 2;
   }
   try {
     const std::string base = "/bench/scale/" + std::to_string(::getpid());
     const bool async_ok =
-        cfg.mode == "blocking" || async_scale(options(false), base, cfg.async_waiters, cfg.async_paths);
+        cfg.mode == "blocking" || async_scale(options(false), base, cfg.async_waiters, cfg.async_paths,
+                                               std::chrono::seconds{cfg.async_limit});
     if (cfg.mode == "async") return async_ok ? 0 : 1;
     std::fprintf(stderr, "scale: %d locks in one session\n", cfg.locks);
     many_locks(base);

@@ -34,7 +34,8 @@
 
 import zklock;
 
-bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths);
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths,
+                 std::chrono::seconds limit);
 
 namespace {
 
@@ -98,10 +99,10 @@ class outcomes {
   std::error_code error_;
 };
 
-/// Polls the server every 20 ms until done() holds; throws after 120 s.
+/// Polls the server every 20 ms until done() holds; throws after `limit`.
 template <class Done>
-void poll_until(Done done, const char* what) {
-  const auto until = clock_type::now() + 120s;
+void poll_until(Done done, const char* what, std::chrono::seconds limit) {
+  const auto until = clock_type::now() + limit;
   while (!done()) {
     if (clock_type::now() > until) throw std::runtime_error(std::string{"scale: never "} + what);
     std::this_thread::sleep_for(20ms);  // polling the server while the acquires queue
@@ -117,7 +118,7 @@ void warm_up(zklock::mutex& m) {
   if (w.failed()) throw std::system_error(w.error(), "scale: the warm-up acquire failed");
 }
 
-bool one_path(const zklock::session_options& o, const std::string& base, int n) {
+bool one_path(const zklock::session_options& o, const std::string& base, int n, std::chrono::seconds limit) {
   const std::string path = base + "/async-one-" + std::to_string(n);
   zklock::session holder_s{o}, s{o};
   zklock::mutex holder{holder_s, path};
@@ -134,8 +135,8 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   for (int i = 0; i < n; ++i)
     m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);  // main's thread is free again from here
-  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender");
-  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
+  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender", limit);
+  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
@@ -143,7 +144,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   const long long packets0 = scale::mntr(o.connect, "zk_packets_received");
   const auto t0 = clock_type::now();
   holder.unlock();
-  out.wait_all(300s);
+  out.wait_all(limit);
   const double drain_ms = ms_since(t0);
   const long long packets1 = scale::mntr(o.connect, "zk_packets_received");
 
@@ -175,7 +176,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n) 
   return in_order && !out.failed();
 }
 
-bool many_paths(const zklock::session_options& o, const std::string& base, int n) {
+bool many_paths(const zklock::session_options& o, const std::string& base, int n, std::chrono::seconds limit) {
   zklock::session holder_s{o}, s{o};
   std::vector<std::unique_ptr<zklock::mutex>> holder_locks, locks;
   for (int i = 0; i < n; ++i) {
@@ -190,11 +191,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   for (int i = 0; i < n; ++i)
     holder_locks[static_cast<std::size_t>(i)]->async_lock(
         [&holders, i](std::error_code ec, zklock::lock_hold h) { holders.on_grant(i, ec, std::move(h), true); });
-  holders.wait_all(300s);
+  holders.wait_all(limit);
   const double hold_ms = ms_since(t_hold);
   if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
-  scale::raw_view raw{o.connect};
   const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
+  const long long ephemerals0 = scale::mntr(o.connect, "zk_ephemerals_count");
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
@@ -204,21 +205,18 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
     locks[static_cast<std::size_t>(i)]->async_lock(
         [&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);
-  // every path lists its holder and its waiter (the nodes are created about in issue order: each
-  // path is listed until full, then the next), and at least one more watch per waiter is armed
-  int full = 0;
-  poll_until([&] {
-    while (full < n && raw.listing(base + "/async-many/p" + std::to_string(full)).first >= 2) ++full;
-    return full == n;
-  }, "saw every contender");
-  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed");
+  // every waiter's contender is on the server (one more ephemeral node each: one mntr per poll, not
+  // a listing per path, which would cap the rate measured at one path per round trip), and at least
+  // one more watch per waiter is armed
+  poll_until([&] { return scale::mntr(o.connect, "zk_ephemerals_count") >= ephemerals0 + n; }, "saw every contender", limit);
+  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
 
   const auto t0 = clock_type::now();
   holders.release_kept();
-  out.wait_all(300s);
+  out.wait_all(limit);
   const double drain_ms = ms_since(t0);
   bool in_order = true;
   for (std::size_t i = 0; i < out.tokens().size(); ++i) in_order = in_order && out.tokens()[i] > holders.tokens()[i];
@@ -238,11 +236,13 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
 }  // namespace
 
 /// Runs both asynchronous scenarios (see the banner). Returns: false if an acquire failed, a
-/// callback ran twice or a grant came out of queue order. Throws if the queue never fills.
-bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths) {
+/// callback ran twice or a grant came out of queue order. Throws if the queue does not fill, or the
+/// acquires are not all granted, within `limit` (each).
+bool async_scale(const zklock::session_options& o, const std::string& base, int waiters, int paths,
+                 std::chrono::seconds limit) {
   std::fprintf(stderr, "scale: %d pending asynchronous acquires on one path\n", waiters);
-  const bool one = one_path(o, base, waiters);
+  const bool one = one_path(o, base, waiters, limit);
   std::fprintf(stderr, "scale: %d pending asynchronous acquires across %d paths\n", paths, paths);
-  const bool many = many_paths(o, base, paths);
+  const bool many = many_paths(o, base, paths, limit);
   return one && many;
 }
