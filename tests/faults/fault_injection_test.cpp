@@ -767,7 +767,9 @@ void release_then_queue_again_behind_a_blackhole(again how) {
   const auto marker_path = path + "-marker";
   zkt::create_path(path);
   zkt::create_path(marker_path);
-  const auto timeout = scaled(6000ms);
+  // Long enough that the client keeps its blackholed connection (it gives it up after two thirds of
+  // the timeout without an answer) until the marker's create is on it, even on a loaded machine.
+  const auto timeout = scaled(15000ms);
   auto o = opts(proxy.connect(), timeout);
   o.background_release = true;
   o.loss_tolerance = timeout;
