@@ -253,7 +253,10 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     }
     const int crc = zoo_acreate2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
                                  contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
-    in_turn.done();  // queued behind the creates sent before it: the next acquire of the path may send
+    // Queued behind the creates sent before it: the next acquire of the path may send its own. On a
+    // fresh path the turn ends with this call instead: the create may fail for a missing parent,
+    // and the one-request path below must still create ours before the next acquire's.
+    if (!*missing) in_turn.done();
     if (crc == ZOK && sent) ++*sent;
     if (crc != ZOK) {
       // Not sent (the handle is not connected, or bad arguments): the one-request path decides,

@@ -245,10 +245,12 @@ void async_runner::run_timers() {
       lk.lock();
       continue;
     }
-    if (timers_.empty())
+    if (timers_.empty()) {
       timer_cv_.wait(lk);
-    else
-      timer_cv_.wait_until(lk, timers_.begin()->first.first);
+    } else {
+      const clock::time_point until = timers_.begin()->first.first;  // a copy: the timer may go meanwhile
+      timer_cv_.wait_until(lk, until);
+    }
   }
 }
 

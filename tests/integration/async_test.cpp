@@ -447,6 +447,32 @@ TEST(AsyncExecutor, ASlowCompletionDoesNotDelayTheSessionsWatches) {
   EXPECT_TRUE(waited) << "the waiter's watch waited for a slow completion";
 }
 
+// Acquires of one session run their steps at once, yet those of one path queue in the order of the
+// calls, also on a path whose lock node and parents do not exist yet (the first acquire creates
+// them while the others wait for their turn to send): 30 issued at once, each released in its
+// completion, complete in the order issued.
+TEST(AsyncExactlyOnce, AcquiresOfAFreshPathQueueInTheOrderOfTheCalls) {
+  constexpr int n = 30;
+  const auto path = zkt::unique_path("async-fresh") + "/missing/parents";
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, path};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> order;
+  std::vector<std::int64_t> tokens;
+  for (int i = 0; i < n; ++i)
+    m.async_lock([&, i](std::error_code ec, zklock::lock_hold h) {
+      std::lock_guard lk{mu};
+      order.push_back(ec ? -1 : i);
+      if (h) tokens.push_back(h.fencing_token());
+      cv.notify_all();
+    });  // released as h goes out of scope
+  std::unique_lock lk{mu};
+  ASSERT_TRUE(cv.wait_for(lk, 60s, [&] { return order.size() == n; })) << order.size() << " of " << n << " completed";
+  for (int i = 0; i < n; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i) << "out of the order of the calls";
+  for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << i;
+}
+
 // One thread issues 200 acquires on one path behind a holder: each completes exactly once, granted,
 // in the order issued (fencing tokens strictly increasing); even ones are released in their
 // completion, odd ones later by the test's thread.
