@@ -151,7 +151,7 @@ class async_runner {
  public:
   using clock = std::chrono::steady_clock;
   /// How many steps may run at once (each holds a thread while its requests wait for replies).
-  static constexpr std::size_t max_step_threads = 64;
+  static constexpr std::size_t max_step_threads = 32;
   /// Effects: a runner without threads yet (start() starts them).
   async_runner();
   /// Effects: stop(). Never throws.
