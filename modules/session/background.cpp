@@ -136,9 +136,17 @@ bool session_impl::send_pending(const pending_delete& p) {
 /// Effects: deletes the node p.path and waits for the reply (an unlock() on the caller's thread).
 /// Returns: false if the outcome is unknown (hand it to the worker).
 bool session_impl::delete_now(const pending_delete& p, int* result) {
-  std::shared_lock hl{handle.mu};
-  if (!handle.zh) return true;
-  const int rc = zoo_delete(handle.zh, p.path.c_str(), -1);
+  int rc = ZOK;
+  std::uint64_t g = 0;
+  std::shared_ptr<reply_state> sent;
+  {
+    std::shared_lock hl{handle.mu};  // while the request is handed over: the handle stays open
+    if (!handle.zh) return true;
+    g = handle.ctx->generation;
+    sent = send_locked(
+        [&](zhandle_t* zh, const void* d) { return zoo_adelete(zh, p.path.c_str(), -1, &reply_to::on_void, d); }, rc);
+  }
+  if (sent) rc = await_reply(sent, g, nullptr);
   if (result) *result = rc;
   log_refused_delete(p.path, rc);
   return !unknown_outcome(rc);

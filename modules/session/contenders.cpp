@@ -34,8 +34,6 @@ namespace zklock::detail {
 
 namespace {
 
-constexpr std::size_t path_buffer = 1200;
-
 // The ACL of every node zklock creates (lock nodes and their missing parents, contender nodes,
 // semaphore nodes) in a session with credentials: the creator may do everything — ZooKeeper's
 // "auth" id stands for every identity the session authenticated with, e.g. digest user:hash, so
@@ -74,8 +72,8 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
   auto create = [&](const std::string& node) -> std::optional<int> {
     const call_name what{"zklock: creating ", node, "CREATE", parent_of(node)};
     if (sent) ++*sent;
-    auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) {
-      return zoo_create(zh, node.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
+    auto rc = s.call(deadline, g, what, nullptr, [&](zhandle_t* zh, const void* data) {
+      return zoo_acreate(zh, node.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, &reply_to::on_string, data);
     });
     if (rc && *rc != ZOK && *rc != ZNODEEXISTS && *rc != ZNONODE) fail(*rc, what);
     return rc;
@@ -117,17 +115,14 @@ std::optional<bool> check_deletable(session_impl& s, const std::string& lock_pat
                                     clock::time_point deadline, std::size_t* sent) {
   if (s.deletable.contains(lock_path)) return false;
   const call_name what{"zklock: reading the ACL of ", lock_path, "READ or ADMIN", lock_path};
-  ACL_vector acl{};
-  struct Stat st {};
+  reply acl;
   if (sent) ++*sent;
-  auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) { return zoo_get_acl(zh, lock_path.c_str(), &acl, &st); });
+  auto rc = s.call(deadline, g, what, &acl, [&](zhandle_t* zh, const void* data) {
+    return zoo_aget_acl(zh, lock_path.c_str(), &reply_to::on_acl, data);
+  });
   if (!rc) return std::nullopt;
   if (*rc == ZOK) {
-    std::vector<acl_entry> entries;
-    for (int i = 0; i < acl.count; ++i)
-      entries.push_back({acl.data[i].perms, acl.data[i].id.scheme ? acl.data[i].id.scheme : "",
-                         acl.data[i].id.id ? acl.data[i].id.id : ""});
-    deallocate_ACL_vector(&acl);
+    const std::vector<acl_entry>& entries = acl.acl;
     bool may_delete = acl_may_delete(entries, {});  // as anyone (world, or a scheme zklock cannot judge)
     for (const auth_info& a : s.opts.auth)  // or as one of our digest users
       if (!may_delete && a.scheme == "digest" && a.credential.find(':') != std::string::npos)
@@ -152,72 +147,6 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
                                                bool maybe_created, std::size_t* sent);
 
-/// The replies of a pipelined create + listing, filled in by the client's completion thread.
-struct pipelined_replies {
-  std::mutex mu;
-  std::condition_variable cv;
-  int outstanding = 0;
-  int parent_rc = ZOK;  // the lock node's create, when it was missing
-  int create_rc = ZSYSTEMERROR;
-  std::string created;
-  std::int64_t czxid = 0;
-  int list_rc = ZSYSTEMERROR;
-  std::vector<std::string> kids;
-  std::int32_t data_length = 0;  // the lock node's, from the listing's stat
-
-  void done() {
-    // notify under the lock: the waiter may destroy *this as soon as it sees outstanding == 0
-    std::lock_guard lk{mu};
-    --outstanding;
-    cv.notify_all();
-  }
-};
-
-extern "C" void on_pipelined_parent(int rc, const char*, const void* data) {
-  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
-  {
-    std::lock_guard lk{r->mu};
-    r->parent_rc = rc;
-  }
-  r->done();
-}
-
-extern "C" void on_pipelined_create(int rc, const char* name, const struct Stat* st, const void* data) {
-  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
-  {
-    std::lock_guard lk{r->mu};
-    r->create_rc = rc;
-    if (rc == ZOK) {
-      try {
-        r->created = name ? name : "";
-      } catch (...) {
-        r->create_rc = ZSYSTEMERROR;  // allocation failure: treated as an unknown outcome below
-      }
-      r->czxid = st ? st->czxid : 0;
-    }
-  }
-  r->done();
-}
-
-extern "C" void on_pipelined_list(int rc, const struct String_vector* kids, const struct Stat* st,
-                                  const void* data) {
-  auto* r = static_cast<pipelined_replies*>(const_cast<void*>(data));
-  {
-    std::lock_guard lk{r->mu};
-    r->list_rc = rc;
-    if (rc == ZOK && st) r->data_length = st->dataLength;
-    if (rc == ZOK && kids) {
-      try {
-        r->kids.reserve(static_cast<std::size_t>(kids->count));
-        for (int i = 0; i < kids->count; ++i) r->kids.emplace_back(kids->data[i]);
-      } catch (...) {
-        r->list_rc = ZSYSTEMERROR;  // the caller lists again
-      }
-    }
-  }
-  r->done();
-}
-
 }  // namespace
 
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
@@ -236,63 +165,71 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   const auto missing = check_deletable(s, lock_path, g, deadline, sent);
   if (!missing) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
-  pipelined_replies r;
+  std::shared_ptr<reply_state> parent, create, list;
+  int prc = ZOK, crc = ZOK, lrc = ZOK;
   {
-    std::shared_lock hl{s.handle.mu};  // as a synchronous call: the handle stays open meanwhile
+    std::shared_lock hl{s.handle.mu};  // while the requests are handed over: the handle stays open
     s.states.check_live(g, what);
     // A lock node found missing is created right before the contender, in the same round trip (a
     // fresh path costs two: the ACL check and this). If its parent is missing too, every create
     // fails with ZNONODE and the one-request path below creates the parents.
-    int unsent = 0;  // of the requests counted in r.outstanding: not sent, so no completion comes
-    r.outstanding = *missing ? 3 : 2;
     if (*missing) {
-      const int prc = zoo_acreate(s.handle.zh, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER,
-                                  &on_pipelined_parent, &r);
-      if (prc == ZOK && sent) ++*sent;
-      if (prc != ZOK) ++unsent;
+      parent = s.send_locked(
+          [&](zhandle_t* zh, const void* d) {
+            return zoo_acreate(zh, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER,
+                               &reply_to::on_string, d);
+          },
+          prc);
+      if (parent && sent) ++*sent;
     }
-    const int crc = zoo_acreate2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
-                                 contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &on_pipelined_create, &r);
+    create = s.send_locked(
+        [&](zhandle_t* zh, const void* d) {
+          return zoo_acreate2(zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+                              ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
+        },
+        crc);
     // Queued behind the creates sent before it: the next acquire of the path may send its own. On a
     // fresh path the turn ends with this call instead: the create may fail for a missing parent,
     // and the one-request path below must still create ours before the next acquire's.
     if (!*missing) in_turn.done();
-    if (crc == ZOK && sent) ++*sent;
-    if (crc != ZOK) {
-      // Not sent (the handle is not connected, or bad arguments): the one-request path decides,
-      // once the lock node's create, if sent, has its completion (it refers to `r`).
-      {
-        std::unique_lock lk{r.mu};
-        r.outstanding -= unsent + 2;
-        r.cv.wait(lk, [&] { return r.outstanding == 0; });
-      }
-      hl.unlock();
-      auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
-      if (!node) return std::nullopt;
-      return queued_node{std::move(*node), std::nullopt};
+    if (create) {
+      if (sent) ++*sent;
+      // getChildren2: the same request, with the lock node's stat (whose data length tells whether
+      // it may be a semaphore's node) in the reply.
+      list = s.send_locked(
+          [&](zhandle_t* zh, const void* d) {
+            return zoo_aget_children2(zh, lock_path.c_str(), 0, &reply_to::on_names_stat, d);
+          },
+          lrc);
+      if (list && sent) ++*sent;
     }
-    // getChildren2: the same request, with the lock node's stat (whose data length tells whether
-    // it may be a semaphore's node) in the reply.
-    const int lrc = zoo_aget_children2(s.handle.zh, lock_path.c_str(), 0, &on_pipelined_list, &r);
-    if (lrc == ZOK && sent) ++*sent;
-    if (lrc != ZOK) ++unsent;
-    std::unique_lock lk{r.mu};
-    r.outstanding -= unsent;  // no completion will come for those
-    // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
-    r.cv.wait(lk, [&] { return r.outstanding == 0; });
   }
-  if (r.create_rc == ZOK) {
-    queued_node q{held_node{std::move(r.created), r.czxid, g}, std::nullopt};
-    if (r.list_rc == ZOK) {
-      q.listing = std::move(r.kids);
-      q.lock_data_length = r.data_length;
+  // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of its
+  // generation. The lock node's create comes first (the one-request paths below rely on its outcome).
+  if (parent) s.await_reply(parent, g, nullptr);
+  if (!create) {
+    // Not sent (the handle is not connected, or bad arguments): the one-request path decides.
+    auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
+    if (!node) return std::nullopt;
+    return queued_node{std::move(*node), std::nullopt};
+  }
+  reply created, listed;
+  const int create_rc = s.await_reply(create, g, &created);
+  const int list_rc = list ? s.await_reply(list, g, &listed) : lrc;
+  if (create_rc == ZOK) {
+    queued_node q{held_node{std::move(created.value), created.stat.czxid, g}, std::nullopt};
+    if (list_rc == ZOK) {
+      q.listing = std::move(listed.names);
+      q.lock_data_length = listed.stat.dataLength;
     }
     return q;
   }
-  // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost): the one-request
-  // path handles each case, adopting a node that was created after all.
+  // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost, or the generation
+  // ended): the one-request path handles each case, adopting a node that was created after all.
   auto node = create_contender_from(s, lock_path, prefix, data, deadline, g,
-                                    unknown_outcome(r.create_rc) || r.create_rc == ZSYSTEMERROR, sent);
+                                    unknown_outcome(create_rc) || create_rc == ZSYSTEMERROR ||
+                                        create_rc == ZINVALIDSTATE || create_rc == ZCLOSING,
+                                    sent);
   if (!node) return std::nullopt;
   return queued_node{std::move(*node), std::nullopt};
 }
@@ -312,16 +249,16 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
   for (;;) {
     if (maybe_created) {
       // Protected creation: find the node by its unique prefix, adopt it only if it is ours.
-      String_vector kids{};
+      reply kids;
       if (sent) ++*sent;
-      auto rc = s.call(deadline, g, looking,
-                       [&](zhandle_t* zh) { return zoo_get_children(zh, lock_path.c_str(), 0, &kids); });
+      auto rc = s.call(deadline, g, looking, &kids, [&](zhandle_t* zh, const void* d) {
+        return zoo_aget_children(zh, lock_path.c_str(), 0, &reply_to::on_names, d);
+      });
       if (!rc) return give_up();
       std::string found;
       if (*rc == ZOK) {
-        for (int i = 0; i < kids.count; ++i)
-          if (std::string_view{kids.data[i]}.starts_with(prefix)) found = kids.data[i];
-        deallocate_String_vector(&kids);
+        for (const std::string& kid : kids.names)
+          if (kid.starts_with(prefix)) found = kid;
       } else if (*rc != ZNONODE) {
         // We cannot look (e.g. NOAUTH on reading the lock node): a node of ours may exist. The
         // session tries to remove it (it can only if it may list), and we report the refusal.
@@ -330,25 +267,23 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
       }
       if (!found.empty()) {
         const std::string full = lock_path + "/" + found;
-        struct Stat st {};
+        reply st;
         if (sent) ++*sent;
-        auto rc2 = s.call(deadline, g, looking, [&](zhandle_t* zh) { return zoo_exists(zh, full.c_str(), 0, &st); });
+        auto rc2 = s.call(deadline, g, looking, &st, [&](zhandle_t* zh, const void* d) {
+          return zoo_aexists(zh, full.c_str(), 0, &reply_to::on_stat, d);
+        });
         if (!rc2) return give_up();
-        if (*rc2 == ZOK && st.ephemeralOwner == s.states.view().id) return held_node{full, st.czxid, g};
+        if (*rc2 == ZOK && st.stat.ephemeralOwner == s.states.view().id) return held_node{full, st.stat.czxid, g};
       }
       maybe_created = false;
     }
-    char created[path_buffer];
-    struct Stat st {};
-    int rc;
-    {
-      std::shared_lock hl{s.handle.mu};
-      s.states.check_live(g, creating);
-      if (sent) ++*sent;
-      rc = zoo_create2(s.handle.zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
-                       ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &st);
-    }
-    if (rc == ZOK) return held_node{created, st.czxid, g};
+    reply created;
+    if (sent) ++*sent;
+    const int rc = s.request(g, creating, &created, [&](zhandle_t* zh, const void* d) {
+      return zoo_acreate2(zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+                          ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
+    });
+    if (rc == ZOK) return held_node{std::move(created.value), created.stat.czxid, g};
     if (rc == ZNONODE) {
       if (!ensure_containers(s, lock_path, g, deadline, sent)) return give_up();
       continue;

@@ -100,6 +100,7 @@ void session_impl::close_handle() {
     zookeeper_close(handle.zh);  // joins the client's threads: no callback of it runs after this
     handle.zh = nullptr;
   }
+  if (handle.ctx) answer_unanswered(*handle.ctx, ZCLOSING);  // what the client will never answer now
   handle.ctx.reset();
   watches.wake_all();  // a closed handle fires no watch: its waiters must hear of it
 }
@@ -117,7 +118,7 @@ void session_impl::open_handle(bool first) {
     std::unique_lock hl{handle.mu};
     std::uint64_t g;
     std::tie(old_loss, g) = states.begin_generation();
-    handle.ctx = std::make_unique<handle_ctx>(handle_ctx{this, g});
+    handle.ctx = std::make_unique<handle_ctx>(this, g);
     refresh_client_log_level();
     errno = 0;
     handle.zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
@@ -186,12 +187,10 @@ void session_impl::open_handle(bool first) {
     }
   }
   if (!chroot.empty()) {
-    struct Stat stat;
-    int rc;
-    {
-      std::shared_lock hl{handle.mu};
-      rc = zoo_exists(handle.zh, "/", 0, &stat);
-    }
+    const call_name what{"zklock::session: checking chroot ", chroot};
+    const int rc = request(states.view().generation, what, nullptr, [&](zhandle_t* zh, const void* data) {
+      return zoo_aexists(zh, "/", 0, &reply_to::on_stat, data);
+    });
     if (rc == ZNONODE) fail(errc::chroot_missing, "zklock::session: chroot " + chroot + " does not exist");
     if (rc != ZOK) fail(static_cast<errc>(rc), "zklock::session: checking chroot " + chroot);
   }

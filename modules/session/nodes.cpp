@@ -36,13 +36,12 @@ namespace {
 /// queued)" if lock contenders are under it, else what it stores (one request).
 std::string what_node_is(session_impl& s, const std::string& path, std::uint64_t g, clock::time_point deadline) {
   const call_name listing{"zklock: listing ", path};
-  String_vector kids{};
-  const auto rc = s.call(deadline, g, listing, [&](zhandle_t* zh) { return zoo_get_children(zh, path.c_str(), 0, &kids); });
+  reply kids;
+  const auto rc = s.call(deadline, g, listing, &kids, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget_children(zh, path.c_str(), 0, &reply_to::on_names, d);
+  });
   std::vector<std::string> names;
-  if (rc && *rc == ZOK) {
-    for (int i = 0; i < kids.count; ++i) names.emplace_back(kids.data[i]);
-    deallocate_String_vector(&kids);
-  }
+  if (rc && *rc == ZOK) names = std::move(kids.names);
   if (const auto n = sorted_contenders(names, lock_kinds).size(); n != 0)
     return "it is a lock's path (" + std::to_string(n) + (n == 1 ? " contender" : " contenders") + " queued)";
   return "it stores no lease count (a lock's path, or another node)";
@@ -52,17 +51,14 @@ std::string what_node_is(session_impl& s, const std::string& path, std::uint64_t
 bool check_not_semaphore(session& sess, const std::string& lock_path, clock::time_point deadline) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: reading lock node ", lock_path};
-  char buf[64];
-  int len = sizeof buf;
-  struct Stat st {};
-  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
-    len = sizeof buf;
-    return zoo_get(zh, lock_path.c_str(), 0, buf, &len, &st);
+  reply node;
+  auto rc = s.call(deadline, s.states.live_generation(what), what, &node, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget(zh, lock_path.c_str(), 0, &reply_to::on_data, d);
   });
   if (!rc) return false;
   if (*rc == ZNONODE) return true;  // gone meanwhile: the listing decides
   if (*rc != ZOK) fail(*rc, what);
-  const std::string_view have{buf, static_cast<std::size_t>(std::clamp(len, 0, static_cast<int>(sizeof buf)))};
+  const std::string_view have = std::string_view{node.value}.substr(0, 64);  // a lease count is short
   if (stores_lease_count(have))
     throw_error(errc::path_kind_mismatch, "zklock: " + lock_path + " is a semaphore's path (it stores \"" +
                                               std::string{have} + "\"): no lock may queue on it");
@@ -77,16 +73,13 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
   const auto deadline = clock::now() + s.opts.connect_timeout;
   const std::string want = "leases=" + std::to_string(leases);
   for (;;) {
-    char buf[64];
-    int len = sizeof buf;
-    struct Stat st {};
-    auto rc = s.call(deadline, g, opening, [&](zhandle_t* zh) {
-      len = sizeof buf;
-      return zoo_get(zh, path.c_str(), 0, buf, &len, &st);
+    reply node;
+    auto rc = s.call(deadline, g, opening, &node, [&](zhandle_t* zh, const void* d) {
+      return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
     });
     if (!rc) throw_error(errc::operation_timeout, opening.text());
     if (*rc == ZOK) {
-      const std::string have{buf, static_cast<std::size_t>(std::max(len, 0))};
+      const std::string have = node.value.substr(0, 64);
       if (have == want) return;
       if (stores_lease_count(have))
         throw_error(errc::lease_count_mismatch,
@@ -98,9 +91,9 @@ void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
     if (!parent.empty()) {
       if (!ensure_containers(s, parent, g, deadline)) throw_error(errc::operation_timeout, opening.text());
     }
-    auto rc3 = s.call(deadline, g, creating, [&](zhandle_t* zh) {
-      return zoo_create(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
-                        ZOO_PERSISTENT, nullptr, 0);
+    auto rc3 = s.call(deadline, g, creating, nullptr, [&](zhandle_t* zh, const void* d) {
+      return zoo_acreate(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
+                         ZOO_PERSISTENT, &reply_to::on_string, d);
     });
     if (!rc3) throw_error(errc::operation_timeout, opening.text());
     if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, creating);
@@ -111,27 +104,24 @@ std::optional<node_info> read_node(session& sess, const std::string& path) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: reading ", path, "READ", path};
   const auto deadline = clock::now() + s.opts.connect_timeout;
-  std::string buf(4096, '\0');
-  int len = 0;
-  struct Stat st {};
-  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
-    len = static_cast<int>(buf.size());
-    return zoo_get(zh, path.c_str(), 0, buf.data(), &len, &st);
+  reply node;
+  auto rc = s.call(deadline, s.states.live_generation(what), what, &node, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
   });
   if (!rc) throw_error(errc::operation_timeout, what.text());
   if (*rc == ZNONODE) return std::nullopt;
   if (*rc != ZOK) fail(*rc, what);
-  buf.resize(static_cast<std::size_t>(std::max(len, 0)));
-  return node_info{std::move(buf), st.czxid, st.ephemeralOwner};
+  if (node.value.size() > 4096) node.value.resize(4096);  // what a holder's node stores is short
+  return node_info{std::move(node.value), node.stat.czxid, node.stat.ephemeralOwner};
 }
 
 bool create_ephemeral(session& sess, const std::string& path, std::string_view data) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: creating ", path, "CREATE", parent_of(path)};
   const auto deadline = clock::now() + s.opts.connect_timeout;
-  auto rc = s.call(deadline, s.states.live_generation(what), what, [&](zhandle_t* zh) {
-    return zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s), ZOO_EPHEMERAL,
-                      nullptr, 0);
+  auto rc = s.call(deadline, s.states.live_generation(what), what, nullptr, [&](zhandle_t* zh, const void* d) {
+    return zoo_acreate(zh, path.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s), ZOO_EPHEMERAL,
+                       &reply_to::on_string, d);
   });
   if (!rc) throw_error(errc::operation_timeout, what.text());
   if (*rc == ZOK) return true;

@@ -381,9 +381,8 @@ void session::flush() {
   detail::session_impl& s = *impl_;
   const detail::call_name what{"zklock::session::flush"};
   const auto deadline = detail::clock::now() + s.opts.connect_timeout;
-  auto rc = s.call(deadline, s.states.live_generation(what), what, [](zhandle_t* zh) {
-    struct Stat st {};
-    return zoo_exists(zh, "/", 0, &st);  // "/" is the chroot when there is one: it exists
+  auto rc = s.call(deadline, s.states.live_generation(what), what, nullptr, [](zhandle_t* zh, const void* d) {
+    return zoo_aexists(zh, "/", 0, &detail::reply_to::on_stat, d);  // "/" is the chroot when there is one: it exists
   });
   if (!rc) detail::throw_error(errc::operation_timeout, what.text());
   if (*rc != ZOK) detail::fail(*rc, what);

@@ -62,10 +62,62 @@ struct session_impl;
 /// The context of a handle's watchers: which session, which generation of it. The session watcher
 /// gets it as its context; node watchers find it with zoo_get_context (their own context is a
 /// watch group's id).
+/// Its registry of requests in flight (see reply_state) lists every request sent on the handle and
+/// not answered yet: closing the handle answers the rest.
+struct reply_state;
 struct handle_ctx {
+  handle_ctx(session_impl* s, std::uint64_t g) : impl{s}, generation{g} {}
   session_impl* impl;
   std::uint64_t generation;
+  std::mutex requests_mu;
+  reply_state* requests = nullptr;  ///< in flight on this handle (an intrusive list)
 };
+
+// ---- requests and their replies (replies.cpp) ------------------------------------------------------
+
+/// What the reply to one request carries: the fields its kind of request fills in.
+struct reply {
+  std::string value;               ///< a create's path; a read's data
+  bool no_data = false;            ///< a read found the node's data null
+  struct Stat stat {};             ///< the node's stat, when the reply has one
+  std::vector<std::string> names;  ///< a listing's children
+  std::vector<acl_entry> acl;      ///< an ACL read
+};
+
+/// One request in flight, sent with the C client's asynchronous call and waited for on the caller's
+/// thread with no lock held (session_impl::request). The client's completion fills it in; or, if the
+/// handle is closed first, close_handle answers it with ZCLOSING (the client never answers a request
+/// that reaches it after its I/O thread ended with an expiry: a synchronous call would wait for ever,
+/// and hold the handle open while it did). The completion's data is the state itself, kept alive by
+/// `self` until it is answered.
+struct reply_state {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = ZSYSTEMERROR;
+  reply r;
+  std::shared_ptr<reply_state> self;  ///< while in flight
+  handle_ctx* owner = nullptr;        ///< whose registry lists it, while in flight
+  reply_state* prev = nullptr;
+  reply_state* next = nullptr;
+};
+
+/// The completions of the requests sent through session_impl::send_locked (their data is the
+/// reply_state the send gave the call).
+namespace reply_to {
+void on_void(int rc, const void* data);
+void on_string(int rc, const char* value, const void* data);
+void on_string_stat(int rc, const char* value, const struct Stat* st, const void* data);
+void on_stat(int rc, const struct Stat* st, const void* data);
+void on_data(int rc, const char* value, int len, const struct Stat* st, const void* data);
+void on_names(int rc, const struct String_vector* names, const void* data);
+void on_names_stat(int rc, const struct String_vector* names, const struct Stat* st, const void* data);
+void on_acl(int rc, struct ACL_vector* acl, struct Stat* st, const void* data);
+}  // namespace reply_to
+
+/// Effects: answers every request still listed in `ctx` with `rc` (their handle is closed: the
+/// client will call none of their completions).
+void answer_unanswered(handle_ctx& ctx, int rc) noexcept;
 
 /// A node (or every child of a lock node that starts with a prefix) we must delete once connected.
 struct pending_delete {
@@ -555,19 +607,64 @@ struct session_impl {
 
   // -- calls -----------------------------------------------------------------------------------
 
-  /// Effects: runs `op(zh)` (a synchronous C-client call) on generation `g`'s handle until its
-  /// outcome is known, waiting for the connection between tries.
+  /// Effects: sends one request on the current handle with `send(zh, data)`: a C-client
+  /// asynchronous call whose completion is one of reply_to's, given `data`. The caller holds
+  /// handle.mu shared (and checked the generation). Returns: the request in flight; nullptr if the
+  /// client refused to send it, with its code in `rc`.
+  template <class Send>
+  std::shared_ptr<reply_state> send_locked(Send&& send, int& rc) {
+    auto p = std::make_shared<reply_state>();
+    p->self = p;
+    p->owner = handle.ctx.get();
+    {
+      std::lock_guard l{p->owner->requests_mu};
+      p->next = p->owner->requests;
+      if (p->next) p->next->prev = p.get();
+      p->owner->requests = p.get();
+    }
+    rc = send(handle.zh, static_cast<const void*>(p.get()));
+    if (rc == ZOK) return p;
+    unlist(*p);  // not sent: no completion comes
+    p->self.reset();
+    return nullptr;
+  }
+
+  /// Effects: removes `p` from its handle's registry of requests in flight.
+  static void unlist(reply_state& p) noexcept;
+
+  /// Effects: waits, holding no lock, for the reply to `p`, or for generation `g` to end.
+  /// Returns: the reply's rc (its content moved into *out, if given); ZINVALIDSTATE if the
+  /// generation ended first.
+  int await_reply(const std::shared_ptr<reply_state>& p, std::uint64_t g, reply* out);
+
+  /// Effects: sends one request of generation `g` (see send_locked) and waits for its reply.
+  /// Returns: its rc, the reply in *out. Throws: errc::session_closed / errc::session_expired
+  /// (check_live) if the generation is over before or while it waits, naming `what`.
+  template <class Send>
+  int request(std::uint64_t g, const call_name& what, reply* out, Send&& send) {
+    int rc = ZOK;
+    std::shared_ptr<reply_state> p;
+    {
+      std::shared_lock hl{handle.mu};  // while the request is handed over: the handle stays open
+      states.check_live(g, what);
+      p = send_locked(send, rc);
+    }
+    if (!p) return rc;
+    rc = await_reply(p, g, out);
+    const auto m = meaning_of(rc);
+    if (m == rc_meaning::session_closed || m == rc_meaning::session_expired) states.check_live(g, what);
+    return rc;
+  }
+
+  /// Effects: request(g, what, out, send) until its outcome is known, waiting for the connection
+  /// between tries.
   /// Returns: its rc (answered: ZOK or the server's refusal), or nullopt at the deadline.
   /// Throws: errc::session_closed / errc::session_expired (check_live, answered), naming `what`.
-  template <class Op>
-  std::optional<int> call(clock::time_point deadline, std::uint64_t g, const call_name& what, Op&& op) {
+  template <class Send>
+  std::optional<int> call(clock::time_point deadline, std::uint64_t g, const call_name& what, reply* out,
+                          Send&& send) {
     for (;;) {
-      int rc;
-      {
-        std::shared_lock hl{handle.mu};
-        states.check_live(g, what);
-        rc = op(handle.zh);
-      }
+      const int rc = request(g, what, out, send);
       if (answered(rc, what)) return rc;
       if (!states.wait_connected(deadline, g, what)) return std::nullopt;
     }

@@ -6,6 +6,7 @@
 // the C client's completion thread, where they only wake waiters.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -111,14 +112,11 @@ std::optional<node_seen> watch_node(session& sess, const std::string& path, cons
                                     clock::time_point deadline) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: watching ", path, "READ", path};
-  char buf[1];
-  struct Stat st {};
   const std::uint64_t g = s.states.live_generation(what);
   const std::uint64_t group = s.watches.join(path, false, watcher);
   // getData, not exists: on a missing node it leaves no watch behind.
-  const auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) {
-    int len = sizeof buf;
-    return zoo_wget(zh, path.c_str(), &node_watcher, watch_ctx(group), buf, &len, &st);
+  const auto rc = s.call(deadline, g, what, nullptr, [&](zhandle_t* zh, const void* d) {
+    return zoo_awget(zh, path.c_str(), &node_watcher, watch_ctx(group), &reply_to::on_data, d);
   });
   if (!rc || *rc != ZOK) drop_watch(sess, path, false, watcher.get());
   if (!rc) return std::nullopt;
@@ -134,22 +132,18 @@ std::optional<std::vector<std::string>> list_children(session& sess, const std::
                                                       clock::time_point deadline, bool* missing) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: listing ", path, "READ", path};
-  String_vector kids{};
+  reply kids;
   const std::uint64_t g = s.states.live_generation(what);
   const std::uint64_t group = watcher ? s.watches.join(path, true, watcher) : 0;
-  auto rc = s.call(deadline, g, what, [&](zhandle_t* zh) {
-    return group ? zoo_wget_children(zh, path.c_str(), &node_watcher, watch_ctx(group), &kids)
-                 : zoo_get_children(zh, path.c_str(), 0, &kids);
+  auto rc = s.call(deadline, g, what, &kids, [&](zhandle_t* zh, const void* d) {
+    return group ? zoo_awget_children(zh, path.c_str(), &node_watcher, watch_ctx(group), &reply_to::on_names, d)
+                 : zoo_aget_children(zh, path.c_str(), 0, &reply_to::on_names, d);
   });
   if (!rc) return std::nullopt;
-  std::vector<std::string> out;
   if (missing) *missing = *rc == ZNONODE;
-  if (*rc == ZNONODE) return out;
+  if (*rc == ZNONODE) return std::vector<std::string>{};
   if (*rc != ZOK) fail(*rc, what);
-  out.reserve(static_cast<std::size_t>(kids.count));
-  for (int i = 0; i < kids.count; ++i) out.emplace_back(kids.data[i]);
-  deallocate_String_vector(&kids);
-  return out;
+  return std::move(kids.names);
 }
 
 void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
@@ -176,33 +170,6 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
   });
 }
 
-namespace {
-
-/// The replies of pipelined watches (watch_nodes), filled in by the client's completion thread.
-struct pipelined_watches {
-  struct request {
-    pipelined_watches* all;
-    std::size_t index;
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  int outstanding = 0;
-  std::vector<int> rc;
-  std::vector<request> requests;  // the completions' contexts (stable: sized once)
-};
-
-extern "C" void on_pipelined_watch(int rc, const char*, int, const struct Stat*, const void* data) {
-  const auto* req = static_cast<const pipelined_watches::request*>(data);
-  pipelined_watches& all = *req->all;
-  // notify under the lock: the waiter may destroy `all` as soon as it sees outstanding == 0
-  std::lock_guard lk{all.mu};
-  all.rc[req->index] = rc;
-  --all.outstanding;
-  all.cv.notify_all();
-}
-
-}  // namespace
-
 std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vector<std::shared_ptr<watch_slot>>& slots,
                                                   clock::time_point deadline) {
   session_impl& s = impl_of(sess);
@@ -226,31 +193,33 @@ std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vect
   } guard{sess, slots, groups, done};
   for (std::size_t i = 0; i < n; ++i) groups[i] = s.watches.join(slots[i]->path, false, slots[i]);
 
-  pipelined_watches r;
-  r.rc.assign(n, ZSYSTEMERROR);
-  for (std::size_t i = 0; i < n; ++i) r.requests.push_back({&r, i});
   std::vector<std::size_t> todo(n);
   for (std::size_t i = 0; i < n; ++i) todo[i] = i;
+  std::vector<int> rcs(n, ZSYSTEMERROR);
+  std::vector<std::shared_ptr<reply_state>> sent(n);
   while (!todo.empty()) {
     {
-      std::shared_lock hl{s.handle.mu};  // as a synchronous call: the handle stays open meanwhile
+      std::shared_lock hl{s.handle.mu};  // while the requests are handed over: the handle stays open
       s.states.check_live(g, watching);
-      std::unique_lock lk{r.mu};
       for (const std::size_t i : todo) {
-        // getData, not exists: on a missing node it leaves no watch behind.
-        const int rc = zoo_awget(s.handle.zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]),
-                                 &on_pipelined_watch, &r.requests[i]);
-        if (rc == ZOK)
-          ++r.outstanding;
-        else
-          r.rc[i] = rc;  // not sent: decided below as if it were the reply
+        // getData, not exists: on a missing node it leaves no watch behind. Not sent: rcs[i] is
+        // decided below as if it were the reply.
+        sent[i] = s.send_locked(
+            [&](zhandle_t* zh, const void* d) {
+              return zoo_awget(zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &reply_to::on_data, d);
+            },
+            rcs[i]);
       }
-      // Every sent request gets its completion: its reply, or ZCONNECTIONLOSS / ZCLOSING.
-      r.cv.wait(lk, [&] { return r.outstanding == 0; });
     }
+    // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of
+    // its generation (then check_live below says which).
+    for (const std::size_t i : todo)
+      if (sent[i]) rcs[i] = s.await_reply(std::exchange(sent[i], nullptr), g, nullptr);
+    if (std::ranges::any_of(todo, [&](std::size_t i) { return rcs[i] == ZINVALIDSTATE || rcs[i] == ZCLOSING; }))
+      s.states.check_live(g, watching);
     std::vector<std::size_t> again;
     for (const std::size_t i : todo) {
-      const int rc = r.rc[i];
+      const int rc = rcs[i];
       const call_name what{"zklock: watching ", slots[i]->path, "READ", slots[i]->path};
       if (rc == ZOK) continue;
       if (rc == ZNONODE) {  // gone already: nothing armed

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// Requests and their replies: every request zklock sends goes out with the C client's asynchronous
+// call and is waited for on the caller's thread, holding no lock (session_impl::request). The
+// completions here fill in the reply; a handle closed first answers what it never will
+// (answer_unanswered), and a generation that ends releases its waiters at once.
+module;
+// The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+#include <zookeeper/zookeeper.h>
+module zklock;
+import :session_impl;
+
+namespace zklock::detail {
+
+void session_impl::unlist(reply_state& p) noexcept {
+  handle_ctx* owner = p.owner;
+  if (!owner) return;
+  std::lock_guard l{owner->requests_mu};
+  if (p.prev) p.prev->next = p.next;
+  else owner->requests = p.next;
+  if (p.next) p.next->prev = p.prev;
+  p.prev = p.next = nullptr;
+  p.owner = nullptr;
+}
+
+namespace {
+
+/// Effects: answers `p` with `rc` and what `fill` puts in its reply (an allocation failure there
+/// makes it ZSYSTEMERROR: the caller cannot tell what happened, as after a lost connection).
+template <class Fill>
+void answer(const void* data, int rc, Fill&& fill) noexcept {
+  auto* p = static_cast<reply_state*>(const_cast<void*>(data));
+  session_impl::unlist(*p);
+  std::shared_ptr<reply_state> keep;
+  {
+    std::lock_guard l{p->m};
+    p->rc = rc;
+    if (rc == ZOK) {
+      try {
+        fill(p->r);
+      } catch (...) {
+        p->rc = ZSYSTEMERROR;
+      }
+    }
+    p->done = true;
+    keep = std::move(p->self);  // released below, after the waiter is told
+    p->cv.notify_all();
+  }
+}
+
+}  // namespace
+
+namespace reply_to {
+
+void on_void(int rc, const void* data) {
+  answer(data, rc, [](reply&) {});
+}
+
+void on_string(int rc, const char* value, const void* data) {
+  answer(data, rc, [&](reply& r) { r.value = value ? value : ""; });
+}
+
+void on_string_stat(int rc, const char* value, const struct Stat* st, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    r.value = value ? value : "";
+    if (st) r.stat = *st;
+  });
+}
+
+void on_stat(int rc, const struct Stat* st, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    if (st) r.stat = *st;
+  });
+}
+
+void on_data(int rc, const char* value, int len, const struct Stat* st, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    r.no_data = !value || len < 0;
+    if (!r.no_data) r.value.assign(value, static_cast<std::size_t>(len));
+    if (st) r.stat = *st;
+  });
+}
+
+void on_names(int rc, const struct String_vector* names, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    if (!names) return;
+    r.names.reserve(static_cast<std::size_t>(names->count));
+    for (int i = 0; i < names->count; ++i) r.names.emplace_back(names->data[i]);
+  });
+}
+
+void on_names_stat(int rc, const struct String_vector* names, const struct Stat* st, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    if (st) r.stat = *st;
+    if (!names) return;
+    r.names.reserve(static_cast<std::size_t>(names->count));
+    for (int i = 0; i < names->count; ++i) r.names.emplace_back(names->data[i]);
+  });
+}
+
+void on_acl(int rc, struct ACL_vector* acl, struct Stat* st, const void* data) {
+  answer(data, rc, [&](reply& r) {
+    if (st) r.stat = *st;
+    if (!acl) return;
+    for (int i = 0; i < acl->count; ++i)
+      r.acl.push_back({acl->data[i].perms, acl->data[i].id.scheme ? acl->data[i].id.scheme : "",
+                       acl->data[i].id.id ? acl->data[i].id.id : ""});
+  });
+}
+
+}  // namespace reply_to
+
+void answer_unanswered(handle_ctx& ctx, int rc) noexcept {
+  for (;;) {
+    reply_state* p;
+    {
+      std::lock_guard l{ctx.requests_mu};
+      p = ctx.requests;
+    }
+    if (!p) return;
+    answer(p, rc, [](reply&) {});  // unlists it
+  }
+}
+
+int session_impl::await_reply(const std::shared_ptr<reply_state>& p, std::uint64_t g, reply* out) {
+  const std::stop_token lost = states.loss_token(g);
+  // Constructed before the lock is taken: it runs at once, on this thread, if the loss happened.
+  std::stop_callback wake{lost, [&p] {
+    std::lock_guard l{p->m};
+    p->cv.notify_all();
+  }};
+  std::unique_lock lk{p->m};
+  p->cv.wait(lk, [&] { return p->done || lost.stop_requested(); });
+  if (!p->done) return ZINVALIDSTATE;  // the generation is over: its reply no longer matters
+  if (out) *out = std::move(p->r);
+  return p->rc;
+}
+
+}  // namespace zklock::detail
