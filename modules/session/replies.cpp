@@ -2,7 +2,7 @@
 // Requests and their replies: every request zklock sends goes out with the C client's asynchronous
 // call and is waited for on the caller's thread, holding no lock (session_impl::request). The
 // completions here fill in the reply; a handle closed first answers what it never will
-// (answer_unanswered), and a generation that ends releases its waiters at once.
+// (answer_unanswered), and a waiter whose generation ended stops waiting.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <atomic>
@@ -142,15 +142,18 @@ void answer_unanswered(handle_ctx& ctx, int rc) noexcept {
 }
 
 int session_impl::await_reply(const std::shared_ptr<reply_state>& p, std::uint64_t g, reply* out) {
-  const std::stop_token lost = states.loss_token(g);
-  // Constructed before the lock is taken: it runs at once, on this thread, if the loss happened.
-  std::stop_callback wake{lost, [&p] {
-    std::lock_guard l{p->m};
-    p->cv.notify_all();
-  }};
+  // The client answers every request it sent, and close_handle every one it never will; only a
+  // request that reached the client after its I/O thread ended waits for that close, which an
+  // expired session without re-establishment never has. So a waiter looks at its generation when
+  // its reply is late, not on every request (this costs nothing while replies come).
+  constexpr auto late = std::chrono::milliseconds{100};
   std::unique_lock lk{p->m};
-  p->cv.wait(lk, [&] { return p->done || lost.stop_requested(); });
-  if (!p->done) return ZINVALIDSTATE;  // the generation is over: its reply no longer matters
+  while (!p->cv.wait_for(lk, late, [&] { return p->done; })) {
+    lk.unlock();
+    const bool live = states.view().live(g);
+    lk.lock();
+    if (!live && !p->done) return ZINVALIDSTATE;  // the generation is over: its reply no longer matters
+  }
   if (out) *out = std::move(p->r);
   return p->rc;
 }

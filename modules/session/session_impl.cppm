@@ -613,6 +613,10 @@ struct session_impl {
   /// client refused to send it, with its code in `rc`.
   template <class Send>
   std::shared_ptr<reply_state> send_locked(Send&& send, int& rc) {
+    if (!handle.zh || !handle.ctx) {  // closed (given up): as the client answers an expired handle
+      rc = ZINVALIDSTATE;
+      return nullptr;
+    }
     auto p = std::make_shared<reply_state>();
     p->self = p;
     p->owner = handle.ctx.get();
@@ -632,7 +636,8 @@ struct session_impl {
   /// Effects: removes `p` from its handle's registry of requests in flight.
   static void unlist(reply_state& p) noexcept;
 
-  /// Effects: waits, holding no lock, for the reply to `p`, or for generation `g` to end.
+  /// Effects: waits, holding no lock, for the reply to `p`, or until generation `g` is seen over
+  /// (looked at every 100 ms while the reply is late).
   /// Returns: the reply's rc (its content moved into *out, if given); ZINVALIDSTATE if the
   /// generation ended first.
   int await_reply(const std::shared_ptr<reply_state>& p, std::uint64_t g, reply* out);
