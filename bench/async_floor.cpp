@@ -388,18 +388,6 @@ void warm_up(const config& cfg, const std::string& base) {
   std::fflush(stdout);
 }
 
-/// Returns: the first three fields of /proc/loadavg, or "" if unreadable.
-std::string loadavg() {
-  std::string out;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {};
-    if (std::fgets(buf, sizeof buf, f)) out = buf;
-    std::fclose(f);
-  }
-  const auto third = out.find(' ', out.find(' ', out.find(' ') + 1) + 1);
-  return third == std::string::npos ? out : out.substr(0, third);
-}
-
 /// A bad command line: exit status 2.
 struct usage_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -432,7 +420,7 @@ int main(int argc, char** argv) try {
   }
   std::printf("{\"lib\":\"async-floor\",\"lib_version\":\"%s\",\"scenario\":\"env\",\"what\":\"one session's "
               "acquires, every request in flight, on the bare C client (bench/async_floor.cpp)\",\"loadavg\":\"%s\"}\n",
-              ZOO_VERSION, loadavg().c_str());
+              ZOO_VERSION, bare::loadavg().c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "async_floor: %d acquires queued on one path\n", cfg.waiters);
   one_path(cfg, base);

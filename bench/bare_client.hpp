@@ -1,18 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
-// bare_client.hpp — what the floor programs (handoff_floor, k_floor) share: a connected ZooKeeper C
-// client handle and a flag that a client callback raises. No lock library here.
+// bare_client.hpp — what the floor programs (handoff_floor, k_floor, async_floor) share: a connected
+// ZooKeeper C client handle, a flag that a client callback raises, the process's CPU time and the
+// load average. No lock library here.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include <sys/resource.h>
 #include <zookeeper/zookeeper.h>
 
 namespace bare {
+
+/// Returns: the user + system CPU time of the whole process (every thread, the C client's included),
+/// in seconds: what the peers' runners report as `cpu_window_ms` over their timed window.
+inline double cpu_seconds() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(r.ru_utime) + s(r.ru_stime);
+}
+
+/// Returns: the first three fields of /proc/loadavg, or "" if unreadable.
+inline std::string loadavg() {
+  std::string out;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {};
+    if (std::fgets(buf, sizeof buf, f)) out = buf;
+    std::fclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
 
 /// A connected handle; closed (its threads joined) when destroyed.
 struct handle {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// k_floor — the floor of the peers' scenario (k) (8 clients, each holds 5 ms, one lock): an ideal
-// queue on the bare ZooKeeper C client, to run beside Curator and zklock in one run-all.sh run
-// (bench/k-floor-runner speaks the runner contract; tools/bench-peers adds it as `k-floor`).
+// k_floor — the floor of the peers' lock scenarios (a) (one client, uncontended), (c) (T clients, no
+// hold) and (k) (8 clients, each holds 5 ms): an ideal queue on the bare ZooKeeper C client, to run
+// beside Curator and zklock in one run-all.sh run (bench/k-floor-runner speaks the runner contract;
+// tools/bench-peers adds it as `k-floor`). Each scenario's line has `cpu_window_ms` as the peers'
+// do: what the fewest requests cost a client process, per acquisition, in the same run.
 //
 // What makes it ideal, and not a lock anyone could use: its clients share one process, so a
 // waiter knows from memory, not from the server, whether the contender it watches had been
@@ -10,11 +12,13 @@
 // the next in line, which is granted on it with no further request. No look-ahead listing and no
 // watch on a waiter's own node: the fewest packets any queue on ZooKeeper can pass around a
 // handoff. A client queues again once its delete is answered (as zklock does when round trips
-// are far). Gap and handoffs/s are measured as the peers measure them.
+// are far). Gap and handoffs/s are measured as the peers measure them. (a) is the same queue with
+// one client: a create, a listing (first in line) and a delete whose reply it waits for.
 //
-//   k_floor --zk HOST:PORT --dur S --scen LETTERS [the other runner-contract flags, ignored]
+//   k_floor --zk HOST:PORT --dur S --scen LETTERS [--n N] [--warm N] [--threads 2,8,32]
+//           [the other runner-contract flags, ignored]
 //
-// One JSON object per line on stdout, only when LETTERS contain k. Nothing is asserted: a benchmark.
+// One JSON object per line on stdout, for a, c and k in LETTERS. Nothing is asserted: a benchmark.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,9 +67,10 @@ struct shared_state {
   std::atomic<std::int64_t> deadline{0};
 };
 
-/// One client: queue, wait for the predecessor's deletion, hold 5 ms, release; until the deadline.
+/// One client: queue, wait for the predecessor's deletion, hold `hold`, release; until the deadline.
 /// `gaps` gets the gap of each acquire that followed a release (if `measure`).
-long run_client(const std::string& zk, shared_state& st, std::vector<std::int64_t>& gaps, bool measure) {
+long run_client(const std::string& zk, shared_state& st, std::chrono::milliseconds hold,
+                std::vector<std::int64_t>& gaps, bool measure) {
   flag deleted, answered;  // before the handle: it is closed (its threads joined) before they go
   handle h{zk};
   long count = 0;
@@ -99,7 +104,7 @@ long run_client(const std::string& zk, shared_state& st, std::vector<std::int64_
     const auto a = now_ns();
     if (++st.holders > 1) ++st.violations;
     if (const auto prev = st.last_release.load(); measure && prev != 0) gaps.push_back(a - prev);
-    std::this_thread::sleep_for(5ms);
+    if (hold.count() > 0) std::this_thread::sleep_for(hold);
     --st.holders;
     st.last_release = now_ns();
     const std::string path = st.dir + "/" + mine;
@@ -115,10 +120,12 @@ struct result {
   std::vector<long> counts;
   std::vector<std::int64_t> gaps;
   double elapsed_s = 0;
+  double cpu_s = 0;  // the process's, in the window
 };
 
-/// Runs `T` clients for `dur` seconds on a fresh lock node.
-result run(const std::string& zk, const std::string& dir, int T, double dur, bool measure) {
+/// Runs `T` clients, each holding `hold`, for `dur` seconds on the lock node `dir`.
+result run(const std::string& zk, const std::string& dir, int T, std::chrono::milliseconds hold, double dur,
+           bool measure) {
   shared_state st;
   st.dir = dir;
   std::vector<std::vector<std::int64_t>> gaps(static_cast<std::size_t>(T));
@@ -126,12 +133,13 @@ result run(const std::string& zk, const std::string& dir, int T, double dur, boo
   r.counts.assign(static_cast<std::size_t>(T), 0);
   st.deadline = now_ns() + static_cast<std::int64_t>(dur * 1e9);
   const auto t0 = now_ns();
+  const double c0 = bare::cpu_seconds();  // the clients connect in the window, as the peers' do not: a rounding error
   std::vector<std::thread> ts;
   std::atomic<bool> failed{false};
   for (int i = 0; i < T; ++i)
     ts.emplace_back([&, i] {
       try {
-        r.counts[static_cast<std::size_t>(i)] = run_client(zk, st, gaps[static_cast<std::size_t>(i)], measure);
+        r.counts[static_cast<std::size_t>(i)] = run_client(zk, st, hold, gaps[static_cast<std::size_t>(i)], measure);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "k_floor: client %d: %s\n", i, e.what());
         failed = true;
@@ -139,6 +147,7 @@ result run(const std::string& zk, const std::string& dir, int T, double dur, boo
     });
   for (auto& t : ts) t.join();
   r.elapsed_s = static_cast<double>(now_ns() - t0) / 1e9;
+  r.cpu_s = bare::cpu_seconds() - c0;
   if (failed) throw std::runtime_error("a client failed");
   if (st.violations) throw std::runtime_error("two clients held at once");
   for (auto& g : gaps) r.gaps.insert(r.gaps.end(), g.begin(), g.end());
@@ -151,39 +160,109 @@ double percentile(std::vector<std::int64_t> v, double q) {
   return static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(static_cast<double>(v.size()) * q))]) / 1e3;
 }
 
-/// Returns: the first three fields of /proc/loadavg, or "" if unreadable.
-std::string loadavg() {
-  std::string out;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {};
-    if (std::fgets(buf, sizeof buf, f)) out = buf;
-    std::fclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 /// A bad command line: exit status 2, as the runner contract's runners do.
 struct usage_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// Returns: how many nodes are left under `dir` (-1 if it cannot be listed).
+int leftover(zhandle_t* admin, const std::string& dir) {
+  String_vector left{};
+  if (::zoo_get_children(admin, dir.c_str(), 0, &left) != ZOK) return -1;
+  const int n = left.count;
+  ::deallocate_String_vector(&left);
+  return n;
+}
+
+/// (a): one client, `warm` cycles, then `n` timed: create, list (first in line: granted), delete
+/// and wait for its reply. Prints the a_uncontended line.
+void scen_a(const std::string& zk, zhandle_t* admin, const std::string& dir, long warm, long n,
+            const std::string& tagged) {
+  handle h{zk};
+  const std::string prefix = dir + "/n-";
+  auto cycle = [&] {
+    char created[512] = {};
+    if (::zoo_create(h.zh, prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created,
+                     sizeof created) != ZOK)
+      throw std::runtime_error("create failed");
+    String_vector kids{};
+    if (::zoo_get_children(h.zh, dir.c_str(), 0, &kids) != ZOK) throw std::runtime_error("list failed");
+    const bool first = kids.count == 1;
+    ::deallocate_String_vector(&kids);
+    if (!first) throw std::runtime_error("another contender in the uncontended floor");
+    if (::zoo_delete(h.zh, created, -1) != ZOK) throw std::runtime_error("delete failed");
+  };
+  for (long i = 0; i < warm; ++i) cycle();
+  std::vector<std::int64_t> lat;
+  lat.reserve(static_cast<std::size_t>(n));
+  const auto t0 = now_ns();
+  const double c0 = bare::cpu_seconds();
+  for (long i = 0; i < n; ++i) {
+    const auto a = now_ns();
+    cycle();
+    lat.push_back(now_ns() - a);
+  }
+  const double cpu = bare::cpu_seconds() - c0;
+  const double el = static_cast<double>(now_ns() - t0) / 1e9;
+  std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"a_uncontended\",\"n\":%ld,"
+              "\"ops_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_window_ms\":%.1f,\"cpu_us_per_acq\":%.1f,"
+              "\"leftover_nodes\":%d%s}\n",
+              ZOO_VERSION, n, static_cast<double>(n) / el, percentile(lat, 0.5), percentile(lat, 0.99), cpu * 1e3,
+              n ? cpu * 1e6 / static_cast<double>(n) : 0.0, leftover(admin, dir), tagged.c_str());
+  std::fflush(stdout);
+}
+
+/// (c) and (k): `T` clients, each holding `hold`, `dur` seconds after a 1 s warm-up of 4 clients
+/// (as the peers do). Prints the line of `scenario`.
+void scen_queue(const std::string& zk, zhandle_t* admin, const std::string& dir, const std::string& scenario, int T,
+                std::chrono::milliseconds hold, double dur, const std::string& tagged) {
+  run(zk, dir, 4, hold, 1.0, false);
+  const result r = run(zk, dir, T, hold, dur, true);
+  long total = 0;
+  for (long c : r.counts) total += c;
+  double mean = 0;
+  for (auto g : r.gaps) mean += static_cast<double>(g);
+  mean = r.gaps.empty() ? 0 : mean / static_cast<double>(r.gaps.size()) / 1e3;
+  std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"%s\",\"threads\":%d,"
+              "\"hold_ms\":%d,\"duration_s\":%.2f,\"acquisitions\":%ld,\"handoffs_s\":%.1f,\"gap_p50_us\":%.1f,"
+              "\"gap_p99_us\":%.1f,\"gap_mean_us\":%.1f,\"per_thread_min\":%ld,\"per_thread_max\":%ld,"
+              "\"cpu_window_ms\":%.1f,\"cpu_us_per_acq\":%.1f,\"violations\":0,\"stalls\":0,\"leftover_nodes\":%d%s}\n",
+              ZOO_VERSION, scenario.c_str(), T, static_cast<int>(hold.count()), r.elapsed_s, total,
+              static_cast<double>(total) / r.elapsed_s, percentile(r.gaps, 0.5), percentile(r.gaps, 0.99), mean,
+              *std::min_element(r.counts.begin(), r.counts.end()), *std::max_element(r.counts.begin(), r.counts.end()),
+              r.cpu_s * 1e3, total ? r.cpu_s * 1e6 / static_cast<double>(total) : 0.0, leftover(admin, dir),
+              tagged.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string zk, scen, tag;
+  std::string zk, scen = "a,c,k", tag;
   double dur = 10;
+  long n = 2000, warm = 200;
+  std::vector<int> threads{2, 8, 32};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--zk") zk = v;
     else if (k == "--dur") dur = std::stod(v);
     else if (k == "--scen") scen = v;
     else if (k == "--tag") tag = v;
-    else if (k == "--proxy" || k == "--ctrl" || k == "--n" || k == "--warm" || k == "--threads" || k == "--herd") continue;
+    else if (k == "--n") n = std::stol(v);
+    else if (k == "--warm") warm = std::stol(v);
+    else if (k == "--threads") {
+      threads.clear();
+      for (std::size_t at = 0; at <= v.size();) {
+        const auto comma = std::min(v.find(',', at), v.size());
+        threads.push_back(std::stoi(v.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    } else if (k == "--proxy" || k == "--ctrl" || k == "--herd") continue;
     else throw usage_error("unknown flag " + k);
   }
-  if (zk.empty()) throw usage_error("usage: k_floor --zk HOST:PORT [--dur S] [--scen LETTERS]");
-  if (!scen.empty() && ("," + scen + ",").find(",k,") == std::string::npos) return 0;
+  if (zk.empty()) throw usage_error("usage: k_floor --zk HOST:PORT [--dur S] [--scen LETTERS] [--n N] [--warm N] [--threads T,...]");
+  auto wanted = [&](const char* letter) { return ("," + scen + ",").find("," + std::string{letter} + ",") != std::string::npos; };
+  if (!wanted("a") && !wanted("c") && !wanted("k")) return 0;
   ::zoo_set_debug_level(static_cast<ZooLogLevel>(0));
   handle admin{zk};
   const std::string dir = "/bench-k-floor-" + std::to_string(::getpid());
@@ -192,28 +271,12 @@ int main(int argc, char** argv) try {
   const std::string tagged = tag.empty() ? "" : ",\"tag\":\"" + tag + "\"";
   std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"env\",\"what\":\"an ideal queue on the bare C "
               "client (bench/k_floor.cpp)\",\"session_timeout_ms\":30000,\"loadavg\":\"%s\"%s}\n",
-              ZOO_VERSION, loadavg().c_str(), tagged.c_str());
-  run(zk, dir, 4, 1.0, false);  // warm-up: 1 s of 4 clients, as the peers do
-  const int T = 8;
-  const result r = run(zk, dir, T, dur, true);
-  long total = 0;
-  for (long c : r.counts) total += c;
-  double mean = 0;
-  for (auto g : r.gaps) mean += static_cast<double>(g);
-  mean = r.gaps.empty() ? 0 : mean / static_cast<double>(r.gaps.size()) / 1e3;
-  String_vector left{};
-  const int left_rc = ::zoo_get_children(admin.zh, dir.c_str(), 0, &left);
-  const int leftover = left_rc == ZOK ? left.count : -1;
-  if (left_rc == ZOK) ::deallocate_String_vector(&left);
-  std::printf("{\"lib\":\"k-floor\",\"lib_version\":\"%s\",\"scenario\":\"k_contended_hold5_T8\",\"threads\":%d,"
-              "\"hold_ms\":5,\"duration_s\":%.2f,\"acquisitions\":%ld,\"handoffs_s\":%.1f,\"gap_p50_us\":%.1f,"
-              "\"gap_p99_us\":%.1f,\"gap_mean_us\":%.1f,\"per_thread_min\":%ld,\"per_thread_max\":%ld,"
-              "\"violations\":0,\"stalls\":0,\"leftover_nodes\":%d%s}\n",
-              ZOO_VERSION, T, r.elapsed_s, total, static_cast<double>(total) / r.elapsed_s,
-              percentile(r.gaps, 0.5), percentile(r.gaps, 0.99), mean,
-              *std::min_element(r.counts.begin(), r.counts.end()), *std::max_element(r.counts.begin(), r.counts.end()),
-              leftover, tagged.c_str());
-  std::fflush(stdout);
+              ZOO_VERSION, bare::loadavg().c_str(), tagged.c_str());
+  if (wanted("a")) scen_a(zk, admin.zh, dir, warm, n, tagged);
+  if (wanted("c"))
+    for (const int T : threads)
+      scen_queue(zk, admin.zh, dir, "c_contended_T" + std::to_string(T), T, 0ms, dur, tagged);
+  if (wanted("k")) scen_queue(zk, admin.zh, dir, "k_contended_hold5_T8", 8, 5ms, dur, tagged);
   ::zoo_delete(admin.zh, dir.c_str(), -1);
   return 0;
 } catch (const usage_error& e) {

@@ -9,8 +9,9 @@
 Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
 several dirs every value is the median over the runs. zklock libs are those whose name starts with
 "zklock" (zklock = predecessor watch, zklock-children = children watch); peers: curator, kazoo.
-"k-floor" (bench/k_floor, scenario k only) is the ideal queue on the bare C client: its line shows
-what any library could reach in that run, and how close each zklock lib comes to it.
+"k-floor" (bench/k_floor, scenarios a, c and k) is the ideal queue on the bare C client: its line shows
+what any library could reach in that run, and how close each zklock lib comes to it; the client CPU
+table (cpu_window_ms per acquisition) puts every library and that floor side by side.
 A ratio says how many times better zklock does than the peer (higher = zklock better): zklock / peer
 for rates, peer / zklock for latencies and request counts (the "better" column names the direction
 of the metric itself).
@@ -48,8 +49,48 @@ OPS = ["mutex_acquire_release", "mutex_new_lock_object_per_use", "reentrant_acq2
 METRICS += [("o_opcount_" + p, "zk_requests_per_cycle", "(o) requests: " + p, "lower") for p in OPS]
 # kazoo 2.8.0's stock read/write lock deadlocks; its harness also measures it with the PR #650 fix.
 PATCHED = {("kazoo", "d_rwlock"): "d_rwlock_pr650fix"}
-CPU = [("a_uncontended", "(a)"), ("b_reentrant", "(b)"), ("c_contended_T2", "(c) T=2"), ("c_contended_T8", "(c) T=8"),
-       ("c_contended_T32", "(c) T=32"), ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20")]
+# Client CPU per acquisition (runner contract: cpu_window_ms, the process's CPU in the timed window)
+CPU = [("a_uncontended", "(a)"), ("c_contended_T2", "(c) T=2"), ("c_contended_T8", "(c) T=8"),
+       ("c_contended_T32", "(c) T=32"), ("k_contended_hold5_T8", "(k) T=8 hold 5 ms"), ("d_rwlock", "(d) r/w 90:10"),
+       ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20")]
+FLOOR = "k-floor"  # bench/k_floor: the bare C client's queue, scenarios a, c and k
+
+
+def cpu_per_acq(runs, lib, scen):
+    """Median over the runs of cpu_window_ms / the window's acquisitions (n, acquisitions, or reads +
+    writes), in microseconds; None if the lib does not report it."""
+    vals = []
+    for r in runs:
+        o = r.get((lib, scen), {})
+        ms = o.get("cpu_window_ms")
+        count = o.get("n") if scen == "a_uncontended" else o.get("acquisitions")
+        if scen == "d_rwlock" and isinstance(o.get("reads"), int) and isinstance(o.get("writes"), int):
+            count = o["reads"] + o["writes"]
+        if isinstance(ms, (int, float)) and isinstance(count, int) and count > 0:
+            vals.append(ms * 1000.0 / count)
+    return statistics.median(vals) if vals else None
+
+
+def cpu_table(runs, mine, peers):
+    libs = peers + mine + ([FLOOR] if any((FLOOR, s) in r for r in runs for s, _ in CPU) else [])
+    print("Client CPU per acquisition, us (cpu_window_ms / the window's acquisitions: user + system CPU of the "
+          "whole client process in the timed window, a JVM's JIT and GC and the C client's threads included; "
+          "%s = the bare C client's queue, bench/k_floor.cpp). Ratios: times less CPU, higher = zklock cheaper; "
+          "zklock/%s below 1 = above the floor." % (FLOOR, FLOOR))
+    print()
+    hdr = ["scenario"] + libs
+    for m in mine:
+        hdr += ["%s/%s" % (m, p) for p in peers + ([FLOOR] if FLOOR in libs else [])]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for scen, label in CPU:
+        v = {lib: cpu_per_acq(runs, lib, scen) for lib in libs}
+        if all(x is None for x in v.values()):
+            continue
+        cells = [label] + [fmt(v[lib]) for lib in libs]
+        for m in mine:
+            cells += [ratio(v[p], v[m]) for p in peers + ([FLOOR] if FLOOR in libs else [])]
+        print("| " + " | ".join(cells) + " |")
 
 
 def load(d):
@@ -210,13 +251,7 @@ def main():
             print("| %s | %s | %s | %s | %s | %s |" % (lib, fmt(hv), fmt(value(runs, lib, "k_contended_hold5_T8", "gap_p50_us")),
                   fmt(value(runs, lib, "k_contended_hold5_T8", "gap_mean_us")), ratio(hv, fv), ratio(hv, cv)))
     print()
-    print("zklock client CPU (user+sys of the whole runner process, C client threads included) per acquisition, us:")
-    print()
-    print("| scenario | " + " | ".join(mine) + " |")
-    print("|---|" + "---|" * len(mine))
-    for scen, label in CPU:
-        if any((m, scen) in r for r in runs for m in mine):
-            print("| %s | %s |" % (label, " | ".join(fmt(value(runs, m, scen, "cpu_us_per_acq")) for m in mine)))
+    cpu_table(runs, mine, peers)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,7 @@ void scen_rw(raw_zk& raw) {
       .integer("stall_episodes", episodes)
       .str("first_stall_queue", first_stall)
       .boolean("errors", r.errors)
+      .num("cpu_window_ms", r.cpu_s * 1e3, 1)
       .num("cpu_us_per_op", ops ? r.cpu_s * 1e6 / static_cast<double>(ops) : kNaN)
       .integer("leftover_nodes", raw.count(path))
       .emit();

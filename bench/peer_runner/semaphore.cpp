@@ -56,6 +56,7 @@ void scen_semaphore(int hold_ms, raw_zk& raw) {
       .integer("violations", violations)
       .integer("stalls", stalls)
       .boolean("errors", r.errors)
+      .num("cpu_window_ms", r.cpu_s * 1e3, 1)
       .num("cpu_us_per_acq", n ? r.cpu_s * 1e6 / static_cast<double>(n) : kNaN)
       .num("server_requests_per_lease", n ? delta(m0, m1, "zk_packets_received") / static_cast<double>(n) : kNaN, 2)
       .integer("leftover_nodes", raw.ephemerals(path))

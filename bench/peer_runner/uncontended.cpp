@@ -40,6 +40,7 @@ void scen_uncontended(zklock::session& s, raw_zk& raw) {
       .lat("acquire_", acq)
       .lat("release_", rel)
       .num("mntr_requests_per_cycle", (delta(z0, z1, "zk_packets_received") - 1) / cfg.n, 2)
+      .num("cpu_window_ms", cpu * 1e3, 1)
       .num("cpu_us_per_acq", cpu * 1e6 / cfg.n)
       .num("cpu_util", cpu / el, 2)
       .integer("leftover_nodes", raw.count(path))
