@@ -13,6 +13,7 @@
 #include <mutex>
 #include <chrono>
 #include <numeric>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -260,23 +261,31 @@ TYPED_TEST(WakeupCount, OneDeadlineAcrossEveryWakeup) {
   for (int k = 0; k < ahead; ++k) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
   zklock::session ws{zkt::options()};
   typename TypeParam::mutex waiter{ws, path, wake_hooks{&book}};
-  // Absolute deadlines, on one clock: the one queued last (just ahead of ours) gives up first, each
-  // 60 ms after the one behind it, all of them after the queue is built (0.5 s to build it) and
-  // before ours gives up.
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto queued_by = t0 + 500ms;
-  const auto ours = queued_by + std::chrono::milliseconds{60 * ahead} + 200ms;
+  // The contenders ahead give up on a stop request (no deadline of their own: however long the queue
+  // takes to build, none leaves before it is built).
+  std::vector<std::stop_source> stops(ahead);
   std::vector<std::jthread> quitters;
   for (int k = 0; k < ahead; ++k) {
-    const auto gives_up = queued_by + std::chrono::milliseconds{60 * (ahead - k)};
-    quitters.emplace_back([&, s = sessions[static_cast<std::size_t>(k)].get(), gives_up] {
+    quitters.emplace_back([&, s = sessions[static_cast<std::size_t>(k)].get(), stop = stops[static_cast<std::size_t>(k)].get_token()] {
       typename TypeParam::mutex m{*s, path, wake_hooks{&book}};
-      EXPECT_FALSE(m.try_lock_until(gives_up));
+      EXPECT_FALSE(m.try_lock(zklock::wait_context{.stop = stop}));
     });
     ASSERT_TRUE(zkt::await_children(path, static_cast<std::size_t>(k) + 2));
   }
+  // Once ours is queued too, the one just ahead of it gives up first, then every 60 ms the next one,
+  // all well before our deadline.
+  const auto ours = std::chrono::steady_clock::now() + std::chrono::milliseconds{60 * ahead} + 1s;
+  std::jthread driver{[&] {
+    const bool queued = zkt::await_children(path, static_cast<std::size_t>(ahead) + 2);
+    EXPECT_TRUE(queued) << "ours never queued behind the ten";
+    for (int k = ahead; k-- > 0;) {
+      stops[static_cast<std::size_t>(k)].request_stop();
+      if (queued) std::this_thread::sleep_for(60ms);  // the pace of the give-ups
+    }
+  }};
   EXPECT_FALSE(waiter.try_lock_until(ours));
   const auto returned = std::chrono::steady_clock::now();
+  driver.join();
   quitters.clear();
   EXPECT_GE(returned, ours);
   EXPECT_LT(returned, ours + 2s) << "the deadline moved with the wake-ups";
