@@ -9,7 +9,7 @@
 Each OUTDIR is a run-all.sh result directory (<lib>.jsonl files, one JSON object per line). With
 several dirs every value is the median over the runs. zklock libs are those whose name starts with
 "zklock" (zklock = predecessor watch, zklock-children = children watch); peers: curator, kazoo.
-"k-floor" (bench/k_floor, scenarios a, c and k) is the ideal queue on the bare C client: its line shows
+"k-floor" (bench/k_floor, scenarios a, c, k, d, e) is the bare C client's queue: its line shows
 what any library could reach in that run, and how close each zklock lib comes to it; the client CPU
 table (cpu_window_ms per acquisition) puts every library and that floor side by side.
 A ratio says how many times better zklock does than the peer (higher = zklock better): zklock / peer
@@ -53,7 +53,7 @@ PATCHED = {("kazoo", "d_rwlock"): "d_rwlock_pr650fix"}
 CPU = [("a_uncontended", "(a)"), ("c_contended_T2", "(c) T=2"), ("c_contended_T8", "(c) T=8"),
        ("c_contended_T32", "(c) T=32"), ("k_contended_hold5_T8", "(k) T=8 hold 5 ms"), ("d_rwlock", "(d) r/w 90:10"),
        ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20")]
-FLOOR = "k-floor"  # bench/k_floor: the bare C client's queue, scenarios a, c and k
+FLOOR = "k-floor"  # bench/k_floor: the bare C client's queue, scenarios a, c, k, d, e
 
 
 def cpu_per_acq(runs, lib, scen):
