@@ -120,6 +120,25 @@ long run_client(const std::string& zk, shared_state& st, std::chrono::millisecon
   return count;
 }
 
+/// Effects: runs `client(i)` on `T` threads at once and joins them. Throws: std::runtime_error if one
+/// of them threw (after printing what).
+template <class Client>
+void run_clients(int T, Client&& client) {
+  std::vector<std::thread> ts;
+  std::atomic<bool> failed{false};
+  for (int i = 0; i < T; ++i)
+    ts.emplace_back([&, i] {
+      try {
+        client(i);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "k_floor: client %d: %s\n", i, e.what());
+        failed = true;
+      }
+    });
+  for (auto& t : ts) t.join();
+  if (failed) throw std::runtime_error("a client failed");
+}
+
 struct result {
   std::vector<long> counts;
   std::vector<std::int64_t> gaps;
@@ -138,21 +157,11 @@ result run(const std::string& zk, const std::string& dir, int T, std::chrono::mi
   st.deadline = now_ns() + static_cast<std::int64_t>(dur * 1e9);
   const auto t0 = now_ns();
   const double c0 = bare::cpu_seconds();  // the clients connect in the window, as the peers' do not: a rounding error
-  std::vector<std::thread> ts;
-  std::atomic<bool> failed{false};
-  for (int i = 0; i < T; ++i)
-    ts.emplace_back([&, i] {
-      try {
-        r.counts[static_cast<std::size_t>(i)] = run_client(zk, st, hold, gaps[static_cast<std::size_t>(i)], measure);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "k_floor: client %d: %s\n", i, e.what());
-        failed = true;
-      }
-    });
-  for (auto& t : ts) t.join();
+  run_clients(T, [&](int i) {
+    r.counts[static_cast<std::size_t>(i)] = run_client(zk, st, hold, gaps[static_cast<std::size_t>(i)], measure);
+  });
   r.elapsed_s = static_cast<double>(now_ns() - t0) / 1e9;
   r.cpu_s = bare::cpu_seconds() - c0;
-  if (failed) throw std::runtime_error("a client failed");
   if (st.violations) throw std::runtime_error("two clients held at once");
   for (auto& g : gaps) r.gaps.insert(r.gaps.end(), g.begin(), g.end());
   return r;
@@ -288,26 +297,16 @@ result run_recipe(const std::string& zk, recipe_state& st, int T, double dur, Cy
   st.deadline = now_ns() + static_cast<std::int64_t>(dur * 1e9);
   const auto t0 = now_ns();
   const double c0 = bare::cpu_seconds();
-  std::atomic<bool> failed{false};
-  std::vector<std::thread> ts;
-  for (int i = 0; i < T; ++i)
-    ts.emplace_back([&, i] {
-      try {
-        flag deleted;  // before the handle: it is closed (its threads joined) before the flag goes
-        handle h{zk};
-        while (now_ns() < st.deadline.load()) {
-          cycle(h.zh, deleted, i);
-          ++r.counts[static_cast<std::size_t>(i)];
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "k_floor: client %d: %s\n", i, e.what());
-        failed = true;
-      }
-    });
-  for (auto& t : ts) t.join();
+  run_clients(T, [&](int i) {
+    flag deleted;  // before the handle: it is closed (its threads joined) before the flag goes
+    handle h{zk};
+    while (now_ns() < st.deadline.load()) {
+      cycle(h.zh, deleted, i);
+      ++r.counts[static_cast<std::size_t>(i)];
+    }
+  });
   r.elapsed_s = static_cast<double>(now_ns() - t0) / 1e9;
   r.cpu_s = bare::cpu_seconds() - c0;
-  if (failed) throw std::runtime_error("a client failed");
   if (st.violations) throw std::runtime_error("the recipe's exclusion was violated");
   return r;
 }
