@@ -105,6 +105,11 @@ void session_impl::close_handle() {
   watches.wake_all();  // a closed handle fires no watch: its waiters must hear of it
 }
 
+namespace {
+/// How often the C client resolves its server list again while connected (see open_handle).
+constexpr int resolution_delay_ms = 60'000;
+}  // namespace
+
 void session_impl::open_handle(bool first) {
   std::lock_guard rl{handle.reopen_mu};
   // The worker and reestablish() may both get here: the second has nothing to do.
@@ -131,6 +136,11 @@ void session_impl::open_handle(bool first) {
       throw std::system_error(e ? e : EINVAL, std::generic_category(),
                               "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
     }
+    // By default the client resolves its server list each time its I/O loop checks the socket
+    // (getaddrinfo: a netlink socket and /etc/hosts, about ten system calls, several times per
+    // request: a third of the client's CPU at loopback). Once a minute still sees a DNS change, for
+    // the next connection.
+    zoo_set_servers_resolution_delay(handle.zh, resolution_delay_ms);
   }
   old_loss.request_stop();  // holds of the replaced handle are gone, if they were not already
   auto fail = [&](errc e, const std::string& what) {
