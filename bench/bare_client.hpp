@@ -45,6 +45,7 @@ struct handle {
     using namespace std::chrono_literals;
     zh = ::zookeeper_init(zk.c_str(), w, 30000, nullptr, ctx, 0);
     if (!zh) throw std::runtime_error("zookeeper_init failed");
+    ::zoo_set_servers_resolution_delay(zh, 60000);  // as zklock does: not a resolution per I/O loop pass
     const auto until = std::chrono::steady_clock::now() + 30s;
     while (::zoo_state(zh) != ZOO_CONNECTED_STATE) {
       if (std::chrono::steady_clock::now() > until) throw std::runtime_error("never connected");
