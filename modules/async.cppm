@@ -15,10 +15,11 @@
 // by default on the session's completion thread, which never runs ZooKeeper's event or I/O loop
 // nor the algorithm, so a slow continuation delays neither watches nor other acquires.
 //
-// Limits worth knowing. A session's asynchronous acquires run their steps on the session's step
-// threads (zklock:step), several at once: their requests are in flight together, and a step that
-// waits for a reply or through a disconnection holds up no other acquire, its deadline or its stop
-// (up to max_step_threads steps at once; beyond, steps wait for a thread). Cancel a pending acquire
+// Limits worth knowing. A session's asynchronous acquires run their steps on fibers (zklock:step),
+// several at once: their requests are in flight together, and a step that waits for a reply or
+// through a disconnection parks its fiber, holding up no other acquire, its deadline or its stop
+// (up to max_fibers steps under way; beyond, steps wait for a fiber). A step resumed by its reply
+// runs on the ZooKeeper client's completion thread: a hook that blocks there delays every reply. Cancel a pending acquire
 // with its stop token, never by destroying the coroutine suspended in its co_await (the completion
 // would resume a destroyed frame); await an awaitable while its lock object lives.
 module;

@@ -12,13 +12,15 @@
 //     (zklock:async) wait: a thousand waiting acquires are a thousand suspended coroutine frames,
 //     not a thousand threads.
 // The runner of a session, started by its first asynchronous acquire, has three kinds of thread:
-// its step threads (run the asynchronous acquires' steps, each step with its requests; several
-// acquires' steps at once, so their requests are in flight together and one that waits for a
-// round trip or a reconnection holds up no other), its timer thread (resumes the waits whose
-// deadline passed; never runs a step) and its completion thread (runs completions that have no
-// executor of their own). A step thread is started when a step is posted and none is idle, up to
-// max_step_threads; they end with the runner. None is ever ZooKeeper's event or I/O thread: a
-// watch only posts the coroutine to resume.
+// its step threads (run the asynchronous acquires' steps, each on a fiber of its own: a step whose
+// request waits for its reply, or for a reconnection, parks the fiber and the thread takes the next
+// step, so the steps of several acquires keep their requests in flight together on a few threads),
+// its timer thread (resumes the waits whose deadline passed, and parked fibers whose timer is due;
+// never runs a step) and its completion thread (runs completions that have no executor of their
+// own). A step thread is started when a step is posted and none is idle, up to max_step_threads;
+// they end with the runner. A reply resumes its parked step on the ZooKeeper client's completion
+// thread, until the step parks again or ends (as a bare client's callback sends its next request
+// there); a watch only posts the coroutine to resume. ZooKeeper's I/O thread runs none of it.
 module;
 #include <atomic>
 #include <chrono>
@@ -121,6 +123,31 @@ class [[nodiscard]] step {
 };
 
 class resume_waiter;
+class async_runner;
+
+// ---- fibers: where a step waits for its replies ------------------------------------------------
+// A step of an asynchronous acquire runs on a fiber: a small stack of its own, run by a step thread.
+// When its request's reply is outstanding (session_impl::await_reply) or its session is not
+// connected (state_machine::wait_connected), the fiber parks: the step thread takes the next step,
+// and the reply's completion (or a timer) makes the fiber ready again, to be resumed by whichever
+// step thread is free. So a session's steps keep all their requests in flight together on a few
+// threads, and a reply costs no thread switch of its own while the step threads are busy. The
+// blocking calls (lock() on the caller's thread) never run on a fiber. Defined in runner.cpp.
+struct fiber;
+
+/// Returns: the fiber this thread is running (a step), or nullptr (any other thread).
+fiber* this_fiber() noexcept;
+/// Returns: the ticket of the fiber's next park (fiber_park); a wake-up for an older one is ignored.
+std::uint64_t fiber_ticket(fiber& f) noexcept;
+/// Effects: makes `f` ready again if `ticket` is its current park's and nothing woke it yet (once
+/// per ticket; it may not have parked yet: it is resumed once it has): resumes it on this thread
+/// if `here` (until it parks again or ends its step: the C client's completion thread takes a
+/// reply's step at once, as a bare client's callback would), else queues it for a step thread.
+/// Thread-safe; never throws.
+void fiber_wake(fiber& f, std::uint64_t ticket, bool here = false) noexcept;
+/// Effects: on `f` (this_fiber()): parks it until fiber_wake(f, ticket), or until `until`
+/// (time_point::max(): no timer). Returns on the step thread that resumes it.
+void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
 
 /// The order in which a session's asynchronous acquires of one lock path send their creates: the
 /// order they were started in (so a lock object's acquires queue as they were called), while
@@ -150,8 +177,11 @@ class send_order {
 class async_runner {
  public:
   using clock = std::chrono::steady_clock;
-  /// How many steps may run at once (each holds a thread while its requests wait for replies).
-  static constexpr std::size_t max_step_threads = 32;
+  /// How many step threads it may start: a step waits for its replies parked on its fiber, not
+  /// holding a thread; more threads than cores only cover a step blocked in a user's hook.
+  static constexpr std::size_t max_step_threads = 4;
+  /// How many steps may be under way at once (each on a fiber with its own stack); later ones wait.
+  static constexpr std::size_t max_fibers = 256;
   /// Effects: a runner without threads yet (start() starts them).
   async_runner();
   /// Effects: stop(). Never throws.
@@ -163,8 +193,8 @@ class async_runner {
   async_runner(const async_runner&) = delete;
   async_runner& operator=(const async_runner&) = delete;
 
-  /// Effects: resumes `h` (or runs `f`) on a step thread (starting one if none is idle and fewer
-  /// than max_step_threads run). Posts run in the order posted, several at once.
+  /// Effects: resumes `h` (or runs `f`) on a fiber of a step thread (starting one if none is idle
+  /// and fewer than max_step_threads run). Posts start in the order posted, several at once.
   void post(std::coroutine_handle<> h);
   void post(std::function<void()> f);
   /// Effects: runs `f` on `ex` if given, else on the completion thread; then counts one acquire
@@ -199,6 +229,14 @@ class async_runner {
 
  private:
   friend class resume_waiter;
+  friend void fiber_wake(fiber& f, std::uint64_t ticket, bool here) noexcept;
+  friend void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
+  /// Effects: queues the parked (or parking) fiber `f` to be resumed by a step thread. Never throws.
+  void post_ready(fiber* f) noexcept;
+  /// Effects: fiber_wake(f, ticket) at `at` (by the timer thread).
+  void add_fiber_timer(clock::time_point at, fiber* f, std::uint64_t ticket);
+  /// Effects: runs `f` on this step thread until it parks or ends its step (mu_ not held).
+  void run_fiber(fiber* f) noexcept;
   using timer_key = std::pair<clock::time_point, std::uint64_t>;
   timer_key add_timer(clock::time_point at, std::weak_ptr<resume_waiter> w);
   void cancel_timer(const timer_key& k) noexcept;
@@ -215,7 +253,12 @@ class async_runner {
   std::condition_variable timer_cv_; // the timer thread's
   std::condition_variable done_cv_;  // drain and flush waiters'
   std::condition_variable comp_cv_;  // the completion thread's
-  std::deque<std::function<void()>> tasks_;
+  std::deque<std::function<void()>> tasks_;  // steps not started yet
+  std::deque<fiber*> ready_;                 // parked steps woken, to resume (before new ones)
+  std::vector<fiber*> fibers_;               // every fiber made (freed with the runner)
+  std::vector<fiber*> free_fibers_;          // of which have no step
+  std::size_t making_fibers_ = 0;            // being made (they count against max_fibers)
+  std::map<clock::time_point, std::vector<std::pair<fiber*, std::uint64_t>>> fiber_timers_;  // by tick
   std::deque<std::function<void()>> completions_;
   std::map<timer_key, std::weak_ptr<resume_waiter>> timers_;
   std::map<resume_waiter*, std::weak_ptr<resume_waiter>> suspended_;

@@ -95,13 +95,19 @@ void session_impl::session_watcher(zhandle_t* zh, int type, int state, const cha
 }
 
 void session_impl::close_handle() {
-  std::unique_lock hl{handle.mu};
-  if (handle.zh) {
-    zookeeper_close(handle.zh);  // joins the client's threads: no callback of it runs after this
-    handle.zh = nullptr;
+  // Taken out under the lock (no request is being handed to it then, and none will be: a sender
+  // finds no handle), closed without it: the client's completion thread runs steps of
+  // asynchronous acquires (replies.cpp), which may send, and zookeeper_close waits for that thread.
+  zhandle_t* zh = nullptr;
+  std::unique_ptr<handle_ctx> ctx;
+  {
+    std::unique_lock hl{handle.mu};
+    zh = std::exchange(handle.zh, nullptr);
+    ctx = std::move(handle.ctx);
   }
-  if (handle.ctx) answer_unanswered(*handle.ctx, ZCLOSING);  // what the client will never answer now
-  handle.ctx.reset();
+  if (zh) zookeeper_close(zh);  // joins the client's threads: no callback of it runs after this
+  if (ctx) answer_unanswered(*ctx, ZCLOSING);  // what the client will never answer now
+  ctx.reset();
   watches.wake_all();  // a closed handle fires no watch: its waiters must hear of it
 }
 

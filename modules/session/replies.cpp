@@ -46,11 +46,15 @@ namespace {
 
 /// Effects: answers `p` with `rc` and what `fill` puts in its reply (an allocation failure there
 /// makes it ZSYSTEMERROR: the caller cannot tell what happened, as after a lost connection).
+/// A step parked for the reply resumes on this thread if `here` (the client's completion thread),
+/// else on a step thread.
 template <class Fill>
-void answer(const void* data, int rc, Fill&& fill) noexcept {
+void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
   auto* p = static_cast<reply_state*>(const_cast<void*>(data));
   session_impl::unlist(*p);
   std::shared_ptr<reply_state> keep;
+  fiber* parked = nullptr;
+  std::uint64_t ticket = 0;
   {
     std::lock_guard l{p->m};
     p->rc = rc;
@@ -63,8 +67,16 @@ void answer(const void* data, int rc, Fill&& fill) noexcept {
     }
     p->done = true;
     keep = std::move(p->self);  // released below, after the waiter is told
-    p->cv.notify_all();
+    if (p->parked) {
+      parked = p->parked;
+      ticket = p->ticket;
+    } else {
+      p->cv.notify_all();
+    }
   }
+  // After p->m is let go: the step takes it when it resumes. A step that woke meanwhile (its timer)
+  // has moved to another ticket; the fiber outlives it (it is its runner's).
+  if (parked) fiber_wake(*parked, ticket, here);
 }
 
 }  // namespace
@@ -137,7 +149,7 @@ void answer_unanswered(handle_ctx& ctx, int rc) noexcept {
       p = ctx.requests;
     }
     if (!p) return;
-    answer(p, rc, [](reply&) {});  // unlists it
+    answer(p, rc, [](reply&) {}, false);  // unlists it; steps resume on their step threads
   }
 }
 
@@ -148,6 +160,24 @@ int session_impl::await_reply(const std::shared_ptr<reply_state>& p, std::uint64
   // its reply is late, not on every request (this costs nothing while replies come).
   constexpr auto late = std::chrono::milliseconds{100};
   std::unique_lock lk{p->m};
+  if (fiber* f = this_fiber()) {
+    // A step of an asynchronous acquire: its fiber parks, and its step thread takes other steps.
+    while (!p->done) {
+      p->parked = f;
+      p->ticket = fiber_ticket(*f);
+      lk.unlock();
+      fiber_park(*f, p->ticket, std::chrono::steady_clock::now() + late);  // the reply wakes it, or the timer when late
+      lk.lock();
+      p->parked = nullptr;
+      if (p->done) break;
+      lk.unlock();
+      const bool live = states.view().live(g);
+      lk.lock();
+      if (!live && !p->done) return ZINVALIDSTATE;
+    }
+    if (out) *out = std::move(p->r);
+    return p->rc;
+  }
   while (!p->cv.wait_for(lk, late, [&] { return p->done; })) {
     lk.unlock();
     const bool live = states.view().live(g);

@@ -27,18 +27,323 @@ module;
 #include <utility>
 #include <vector>
 #include <zookeeper/zookeeper.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <new>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#include <sanitizer/common_interface_defs.h>
+#define ZKLOCK_FIBER_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#include <sanitizer/tsan_interface.h>
+#define ZKLOCK_FIBER_TSAN 1
+#endif
+#endif
 module zklock;
 import :session_impl;
 
+// What libstdc++ keeps per thread about the exceptions in flight (<cxxabi.h>'s __cxa_eh_globals):
+// a fiber that parks inside a catch block, or while unwinding, and resumes on another thread takes
+// its own along (fiber_switch).
+namespace __cxxabiv1 {
+struct __cxa_eh_globals;
+extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
+}  // namespace __cxxabiv1
+
+// The switch between a step thread's stack and a fiber's (x86-64, System V): saves the callee-saved
+// registers and the SSE and x87 control words on the stack it leaves, stores that stack pointer in
+// *from, and restores the same from `to`. (glibc's swapcontext also saves the signal mask, with a
+// system call each way, and is intercepted by AddressSanitizer; a fiber needs neither.) A new
+// fiber's first switch "returns" into zklock_fiber_start, which calls r13(r12) on an aligned stack.
+extern "C" void zklock_fiber_switch(void** from, void* to) noexcept;
+extern "C" void zklock_fiber_start() noexcept;
+asm(R"(
+  .text
+  .globl zklock_fiber_switch
+  .hidden zklock_fiber_switch
+  .type zklock_fiber_switch,@function
+  .p2align 4
+zklock_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size zklock_fiber_switch, .-zklock_fiber_switch
+
+  .globl zklock_fiber_start
+  .hidden zklock_fiber_start
+  .type zklock_fiber_start,@function
+  .p2align 4
+zklock_fiber_start:
+  movq %r12, %rdi
+  andq $-16, %rsp
+  callq *%r13
+  ud2
+  .size zklock_fiber_start, .-zklock_fiber_start
+)");
+
 namespace zklock::detail {
 
-// ---- the runner --------------------------------------------------------------------------------
+// ---- fibers --------------------------------------------------------------------------------------
+
+struct fiber {
+  /// The mapping's size past its guard page: a step's frames are small (the algorithm's coroutine
+  /// frames are on the heap), a sanitizer's are not; only the pages a step touches are resident.
+  static constexpr std::size_t stack_size = 256 * 1024;
+
+  void* sp = nullptr;               // its stack pointer, while it is not running
+  void* back = nullptr;             // the stack pointer of the thread that runs it, while it runs
+  char* map = nullptr;              // its mapping: a guard page, the stack, the fiber
+  std::size_t map_size = 0;
+  char* stack = nullptr;            // the stack's lowest address
+  std::size_t stack_size_ = 0;
+  async_runner* runner = nullptr;
+  std::function<void()> task;       // its step, while it has one
+  bool task_done = false;           // it ended its step (set on the fiber, read by its thread)
+  std::atomic<bool> running{false}; // a thread runs it: a wake-up waits until it parked
+  std::atomic<std::uint64_t> park{0};  // its park's ticket × 2, + 1 once woken
+  struct eh_state {
+    void* caught = nullptr;
+    unsigned int uncaught = 0;
+  } eh;                             // its exceptions in flight, while it is not running
+#if ZKLOCK_FIBER_ASAN
+  void* fake_stack = nullptr;
+  const void* back_bottom = nullptr;
+  std::size_t back_size = 0;
+#endif
+#if ZKLOCK_FIBER_TSAN
+  void* tsan = nullptr;
+  void* tsan_back = nullptr;
+#endif
+};
 
 namespace {
-// The runner whose thread this is, and whether it is its completion thread (on_runner_thread).
+// The runner whose thread this is (or whose step this thread runs), and whether it is its
+// completion thread (on_runner_thread).
 thread_local const async_runner* t_runner = nullptr;
 thread_local bool t_completion = false;
+thread_local fiber* t_fiber = nullptr;
+
+/// The calling thread's exceptions in flight. Not inlined (with a compiler barrier): a fiber may
+/// resume on another thread, and the address of a thread's variable must not be kept across that.
+[[gnu::noinline]] fiber::eh_state* eh_globals() noexcept {
+  asm volatile("" ::: "memory");
+  return reinterpret_cast<fiber::eh_state*>(__cxxabiv1::__cxa_get_globals());
+}
+
+[[gnu::noinline]] const async_runner* set_runner(const async_runner* r) noexcept {
+  asm volatile("" ::: "memory");
+  return std::exchange(t_runner, r);
+}
+
+[[gnu::noinline]] void set_this_fiber(fiber* f) noexcept {
+  asm volatile("" ::: "memory");
+  t_fiber = f;
+}
+
+/// Effects: leaves the fiber `f` for the step thread that runs it; returns once a step thread
+/// resumes it (maybe another).
+[[gnu::noinline]] void switch_out(fiber& f) noexcept {
+  void* const to = f.back;
+#if ZKLOCK_FIBER_ASAN
+  __sanitizer_start_switch_fiber(&f.fake_stack, f.back_bottom, f.back_size);
+#endif
+#if ZKLOCK_FIBER_TSAN
+  __tsan_switch_to_fiber(f.tsan_back, 0);
+#endif
+  zklock_fiber_switch(&f.sp, to);
+#if ZKLOCK_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(f.fake_stack, &f.back_bottom, &f.back_size);
+#endif
+}
+
+/// The fiber's function: runs the steps it is given, one at a time, for ever.
+void fiber_main(fiber* f) noexcept {
+#if ZKLOCK_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &f->back_bottom, &f->back_size);
+#endif
+  for (;;) {
+    try {
+      f->task();
+    } catch (...) {  // a posted task's exception must not end the step thread
+    }
+    f->task = nullptr;
+    f->task_done = true;
+    switch_out(*f);
+  }
+}
+
+/// Returns: a new fiber of `r`: one mapping holds its guard page, its stack and the fiber itself (at
+/// the top: no heap). Throws: std::bad_alloc if it cannot be mapped.
+fiber* make_fiber(async_runner* r) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t size = page + fiber::stack_size;
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc{};
+  char* const map = static_cast<char*>(m);
+  ::mprotect(map, page, PROT_NONE);  // a guard: a step that overflows its stack faults
+  const auto top = (reinterpret_cast<std::uintptr_t>(map + size) - sizeof(fiber)) & ~std::uintptr_t{63};
+  auto* f = ::new (reinterpret_cast<void*>(top)) fiber;
+  f->map = map;
+  f->map_size = size;
+  f->stack = map + page;
+  f->stack_size_ = static_cast<std::size_t>(reinterpret_cast<char*>(top) - f->stack);
+  f->runner = r;
+  // What zklock_fiber_switch pops on the first switch to it: the control words (their defaults),
+  // r15, r14, r13 = fiber_main, r12 = f, rbx, rbp, and the return address zklock_fiber_start.
+  auto* sp = reinterpret_cast<std::uintptr_t*>(top & ~std::uintptr_t{15});
+  *--sp = 0;
+  *--sp = reinterpret_cast<std::uintptr_t>(&zklock_fiber_start);
+  *--sp = 0;                                            // rbp
+  *--sp = 0;                                            // rbx
+  *--sp = reinterpret_cast<std::uintptr_t>(f);          // r12
+  *--sp = reinterpret_cast<std::uintptr_t>(&fiber_main); // r13: never returns
+  *--sp = 0;                                            // r14
+  *--sp = 0;                                            // r15
+  *--sp = std::uintptr_t{0x037f} << 32 | 0x1f80;        // x87 control word, MXCSR
+  f->sp = sp;
+#if ZKLOCK_FIBER_TSAN
+  f->tsan = __tsan_create_fiber(0);
+#endif
+  return f;
+}
+
+void free_fiber(fiber* f) noexcept {
+#if ZKLOCK_FIBER_TSAN
+  __tsan_destroy_fiber(f->tsan);
+#endif
+  char* const map = f->map;
+  const std::size_t size = f->map_size;
+  f->~fiber();
+  ::munmap(map, size);
+}
+
 }  // namespace
+
+fiber* this_fiber() noexcept {
+  asm volatile("" ::: "memory");
+  return t_fiber;
+}
+
+std::uint64_t fiber_ticket(fiber& f) noexcept {
+  // Only the fiber itself moves to a new ticket; a waker only marks the current one woken.
+  const std::uint64_t next = (f.park.load(std::memory_order_relaxed) >> 1) + 1;
+  f.park.store(next << 1, std::memory_order_release);
+  return next;
+}
+
+void fiber_wake(fiber& f, std::uint64_t ticket, bool here) noexcept {
+  std::uint64_t expect = ticket << 1;
+  if (!f.park.compare_exchange_strong(expect, expect | 1, std::memory_order_acq_rel)) return;
+  if (here && !this_fiber()) f.runner->run_fiber(&f);
+  else f.runner->post_ready(&f);
+}
+
+void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until) {
+  if (until != std::chrono::steady_clock::time_point::max()) f.runner->add_fiber_timer(until, &f, ticket);
+  switch_out(f);
+}
+
+void async_runner::run_fiber(fiber* f) noexcept {
+  // A fiber woken while still parking is resumed once its old thread has left it.
+  while (f->running.load(std::memory_order_acquire)) std::this_thread::yield();
+  f->running.store(true, std::memory_order_relaxed);
+  fiber::eh_state* eh = eh_globals();
+  const fiber::eh_state mine = *eh;
+  *eh = f->eh;
+  set_this_fiber(f);
+  const async_runner* const was = set_runner(this);  // a step is on its runner, wherever it runs
+  void* const to = f->sp;
+  void** const back = &f->back;
+#if ZKLOCK_FIBER_TSAN
+  f->tsan_back = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(f->tsan, 0);
+#endif
+#if ZKLOCK_FIBER_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f->stack, f->stack_size_);
+#endif
+  zklock_fiber_switch(back, to);
+#if ZKLOCK_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  set_this_fiber(nullptr);
+  set_runner(was);
+  eh = eh_globals();
+  f->eh = *eh;
+  *eh = mine;
+  const bool done = f->task_done;
+  f->task_done = false;
+  if (done) {
+    f->running.store(false, std::memory_order_relaxed);
+    bool wanted;
+    {
+      std::lock_guard lk{mu_};
+      free_fibers_.push_back(f);
+      wanted = !tasks_.empty() && idle_ != 0;  // a step waits for a fiber (max_fibers)
+    }
+    if (wanted) cv_.notify_one();
+  } else {
+    f->running.store(false, std::memory_order_release);  // from here a wake-up may resume it anywhere
+  }
+}
+
+void async_runner::post_ready(fiber* f) noexcept {
+  bool spawn;
+  {
+    std::lock_guard lk{mu_};
+    try {
+      ready_.push_back(f);
+    } catch (...) {  // nothing else would ever resume it
+      std::terminate();
+    }
+    spawn = !stopping_ && ready_.size() > idle_ + starting_ && steps_.size() + starting_ < max_step_threads;
+    if (spawn) ++starting_;
+  }
+  cv_.notify_one();
+  add_step_thread(spawn);
+}
+
+void async_runner::add_fiber_timer(clock::time_point at, fiber* f, std::uint64_t ticket) {
+  // Rounded up to a tick: one wake-up of the timer thread per tick at most, however many fibers
+  // park (every request of a step arms one: the reply's "late" check). A timer is not cancelled: a
+  // fiber woken otherwise has moved to another ticket when it fires.
+  constexpr auto tick = std::chrono::milliseconds{10};
+  const auto since = at.time_since_epoch();
+  at = clock::time_point{(since + tick - clock::duration{1}) / tick * tick};
+  bool first;
+  {
+    std::lock_guard lk{mu_};
+    auto [it, added] = fiber_timers_.try_emplace(at);
+    it->second.emplace_back(f, ticket);
+    first = added && it == fiber_timers_.begin() && (timers_.empty() || at < timers_.begin()->first.first);
+  }
+  if (first) timer_cv_.notify_one();
+}
+
+// ---- the runner --------------------------------------------------------------------------------
 
 async_runner::async_runner() = default;
 
@@ -60,7 +365,10 @@ void async_runner::start(const std::shared_ptr<async_runner>& self) {
   }
 }
 
-async_runner::~async_runner() { stop(); }
+async_runner::~async_runner() {
+  stop();
+  for (fiber* f : fibers_) free_fiber(f);  // a step parked for ever keeps what its stack held
+}
 
 void async_runner::post(std::coroutine_handle<> h) {
   post(std::function<void()>{[h] { h.resume(); }});
@@ -212,16 +520,48 @@ void async_runner::run_steps() {
   t_runner = this;
   std::unique_lock lk{mu_};
   --starting_;
+  const auto may_start = [&] {
+    return !tasks_.empty() && (!free_fibers_.empty() || fibers_.size() + making_fibers_ < max_fibers);
+  };
   for (;;) {
     ++idle_;
-    cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+    cv_.wait(lk, [&] { return stopping_ || !ready_.empty() || may_start(); });
     --idle_;
     if (stopping_) return;
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
+    fiber* f = nullptr;
+    if (!ready_.empty()) {  // a step under way first: it frees its fiber sooner
+      f = ready_.front();
+      ready_.pop_front();
+    } else {
+      if (!free_fibers_.empty()) {
+        f = free_fibers_.back();
+        free_fibers_.pop_back();
+      } else {
+        ++making_fibers_;
+        lk.unlock();
+        try {
+          f = make_fiber(this);
+        } catch (...) {  // no memory for a stack: the step waits for a fiber to come free
+        }
+        lk.lock();
+        --making_fibers_;
+        if (!f) continue;
+        try {
+          fibers_.push_back(f);
+        } catch (...) {
+          free_fiber(f);
+          continue;
+        }
+        if (tasks_.empty()) {  // another thread took the step meanwhile
+          free_fibers_.push_back(f);
+          continue;
+        }
+      }
+      f->task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
     lk.unlock();
-    task();  // a step of an acquire: its requests hold this thread for their round trips
-    task = nullptr;
+    run_fiber(f);  // until its step ends or waits for a reply: then this thread takes the next
     lk.lock();
   }
 }
@@ -233,22 +573,32 @@ void async_runner::run_timers() {
     if (stopping_) return;
     // a wait that timed out resumes in deadline order (its acquire's step runs on a step thread)
     std::vector<std::shared_ptr<resume_waiter>> due;
+    std::vector<std::pair<fiber*, std::uint64_t>> parked;
     const auto now = clock::now();
     while (!timers_.empty() && timers_.begin()->first.first <= now) {
       if (auto w = timers_.begin()->second.lock()) due.push_back(std::move(w));
       timers_.erase(timers_.begin());
     }
-    if (!due.empty()) {
+    while (!fiber_timers_.empty() && fiber_timers_.begin()->first <= now) {
+      auto& bucket = fiber_timers_.begin()->second;
+      parked.insert(parked.end(), bucket.begin(), bucket.end());
+      fiber_timers_.erase(fiber_timers_.begin());
+    }
+    if (!due.empty() || !parked.empty()) {
       lk.unlock();
       for (auto& w : due) w->expire();
+      for (auto [f, ticket] : parked) fiber_wake(*f, ticket);  // fibers live as long as the runner
       due.clear();
       lk.lock();
       continue;
     }
-    if (timers_.empty()) {
+    if (timers_.empty() && fiber_timers_.empty()) {
       timer_cv_.wait(lk);
     } else {
-      const clock::time_point until = timers_.begin()->first.first;  // a copy: the timer may go meanwhile
+      // copies: the timers may go meanwhile
+      clock::time_point until = clock::time_point::max();
+      if (!timers_.empty()) until = timers_.begin()->first.first;
+      if (!fiber_timers_.empty() && fiber_timers_.begin()->first < until) until = fiber_timers_.begin()->first;
       timer_cv_.wait_until(lk, until);
     }
   }

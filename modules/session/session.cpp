@@ -88,7 +88,19 @@ bool state_machine::wait_connected(clock::time_point deadline, std::uint64_t g, 
   auto ready = [&] {
     return closed_ || gen_ != g || st_ == session_state::connected || st_ == session_state::expired;
   };
-  if (deadline == clock::time_point::max())
+  if (fiber* f = this_fiber()) {
+    // A step of an asynchronous acquire parks its fiber and looks again every few milliseconds:
+    // its step thread runs other steps meanwhile (a disconnection is rare; a blocked thread per
+    // step waiting through one would hold up the session's other acquires).
+    constexpr auto poll = std::chrono::milliseconds{10};
+    while (!ready()) {
+      const auto now = clock::now();
+      if (now >= deadline) return false;
+      lk.unlock();
+      fiber_park(*f, fiber_ticket(*f), deadline - now < poll ? deadline : now + poll);
+      lk.lock();
+    }
+  } else if (deadline == clock::time_point::max())
     cv_.wait(lk, ready);
   else if (!cv_.wait_until(lk, deadline, ready))
     return false;

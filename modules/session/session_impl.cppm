@@ -93,6 +93,8 @@ struct reply {
 struct reply_state {
   std::mutex m;
   std::condition_variable cv;
+  fiber* parked = nullptr;  ///< the step waiting for it on its fiber (await_reply), if any
+  std::uint64_t ticket = 0;  ///< the ticket of that fiber's park
   bool done = false;
   int rc = ZSYSTEMERROR;
   reply r;

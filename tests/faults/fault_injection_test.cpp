@@ -6,6 +6,7 @@
 // duration is multiplied by ZKLOCK_FAULT_SCALE (default 1.0) for slow machines. The binary
 // re-executes itself as the holder process of the first two tests (see main() at the bottom).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1289,6 +1290,64 @@ TEST(FaultInjection, AnAsyncAcquireStuckBehindADisconnectionDelaysNoOther) {
   s.close();
   EXPECT_TRUE(zkt::children(stopped_path).empty());
   EXPECT_TRUE(zkt::children(timed_path).empty());
+}
+
+/// Returns: how many threads this process has (the entries of /proc/self/task).
+std::size_t thread_count() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Issue 25: a session's asynchronous acquires keep their requests in flight together, each step
+// waiting for its reply without a thread of its own. 200 acquires of fresh paths each send their
+// first request (the ACL check of the lock node, getACL) into a silent partition: the proxy holds
+// all 200 at once (a thread per waiting step would hold no more requests than it has threads),
+// while the runner has started no more threads than its few step threads, its timer and its
+// completion thread. After the heal every acquire is granted once.
+TEST(FaultInjection, TwoHundredAsyncStepsWaitForTheirRepliesTogetherOnAFewThreads) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto timeout = scaled(20000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.loss_tolerance = timeout;
+  zklock::session s{o};
+  const std::string base = zkt::unique_path("fi-async-many");
+  constexpr std::size_t n = 200;
+  std::vector<std::unique_ptr<zklock::mutex>> locks;
+  for (std::size_t i = 0; i < n; ++i) locks.push_back(std::make_unique<zklock::mutex>(s, base + "/p" + std::to_string(i)));
+  const std::size_t threads_before = thread_count();  // no runner yet: this session's first acquires
+
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  std::vector<zkt::completion> done(n);
+  for (std::size_t i = 0; i < n; ++i) locks[i]->async_lock(done[i].callback());
+  const auto deadline = steady_clock::now() + scaled(8000ms);
+  std::string held;
+  std::size_t most_threads = 0;
+  while ((held = proxy.command("held 6")) != "ok " + std::to_string(n) && steady_clock::now() < deadline) {
+    most_threads = std::max(most_threads, thread_count());
+    std::this_thread::sleep_for(5ms);  // polling the proxy's count, bounded by the deadline
+  }
+  most_threads = std::max(most_threads, thread_count());
+  EXPECT_EQ(held, "ok " + std::to_string(n)) << "not every acquire's first request was in flight at once";
+  // the runner: up to 4 step threads, its timer thread and its completion thread
+  EXPECT_LE(most_threads, threads_before + 6) << "the waiting steps took threads of their own";
+  for (const auto& d : done) EXPECT_EQ(d.calls(), 0) << "completed while no reply could come";
+
+  ASSERT_EQ(proxy.command("heal"), "ok normal");
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(done[i].wait(scaled(60s))) << "acquire " << i << " never completed";
+    EXPECT_EQ(done[i].code(), std::error_code{}) << done[i].code().message();
+    EXPECT_EQ(done[i].calls(), 1);
+    EXPECT_TRUE(done[i].hold().owns_lock());
+    EXPECT_EQ(zkt::children(base + "/p" + std::to_string(i)).size(), 1u);
+    done[i].hold().unlock();
+  }
+  s.close();
+  for (std::size_t i = 0; i < n; ++i) EXPECT_TRUE(zkt::children(base + "/p" + std::to_string(i)).empty());
 }
 
 }  // namespace
