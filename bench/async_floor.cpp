@@ -287,10 +287,12 @@ void one_path(const config& cfg, const std::string& base) {
   // contender sent before it, on the same completion thread, so on_listed_queued can read i-1's name.
   cs.front().expected = std::string_view{holder}.substr(lock_path.size() + 1);
   for (std::size_t i = 1; i < n; ++i) cs[i].before = &cs[i - 1];
+  const double cpu0 = 1e6 * bare::cpu_seconds();
   const auto t0 = clock_type::now();
   for (auto& c : cs) send_queued(c);
   const double issue_ms = ms_between(t0, clock_type::now());
   const double fill_ms = ms_between(t0, t.wait(600s));
+  const double fill_cpu_us = 1e6 * bare::cpu_seconds() - cpu0;
   check(t, "async_one_path");
   std::size_t bytes_total = 0, bytes_last = 0;
   for (const auto& c : cs) {
@@ -299,8 +301,9 @@ void one_path(const config& cfg, const std::string& base) {
   }
   std::printf("{\"lib\":\"async-floor\",\"scenario\":\"async_one_path\",\"pending\":%zu,\"issue_ms\":%.1f,"
               "\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":3,\"listing_bytes_total\":%zu,"
-              "\"listing_bytes_longest\":%zu,\"errors\":0}\n",
-              n, issue_ms, fill_ms, static_cast<double>(n) / (fill_ms / 1000), bytes_total, bytes_last);
+              "\"listing_bytes_longest\":%zu,\"fill_cpu_us_per_acquire\":%.1f,\"errors\":0}\n",
+              n, issue_ms, fill_ms, static_cast<double>(n) / (fill_ms / 1000), bytes_total, bytes_last,
+              fill_cpu_us / static_cast<double>(n));
   std::fflush(stdout);
 }
 
@@ -327,24 +330,30 @@ void many_paths(const config& cfg, const std::string& base) {
   }
 
   // (a) first acquires of free paths
+  const double hold_cpu0 = 1e6 * bare::cpu_seconds();
   const auto t_hold = clock_type::now();
   for (auto& h : holders) send_first(h);
   const double hold_issue_ms = ms_between(t_hold, clock_type::now());
   const double hold_ms = ms_between(t_hold, held.wait(600s));
+  const double hold_cpu_us = 1e6 * bare::cpu_seconds() - hold_cpu0;
   check(held, "async_many_paths, first acquires");
 
   // (b) queued behind the holders
   for (std::size_t i = 0; i < n; ++i) waiters[i].expected = holders[i].created;
+  const double cpu0 = 1e6 * bare::cpu_seconds();
   const auto t0 = clock_type::now();
   for (auto& w : waiters) send_queued(w);
   const double issue_ms = ms_between(t0, clock_type::now());
   const double fill_ms = ms_between(t0, queued.wait(600s));
+  const double fill_cpu_us = 1e6 * bare::cpu_seconds() - cpu0;
   check(queued, "async_many_paths, queued acquires");
   std::printf("{\"lib\":\"async-floor\",\"scenario\":\"async_many_paths\",\"pending\":%zu,"
               "\"holders_issue_ms\":%.1f,\"holders_ms\":%.1f,\"holders_granted_s\":%.0f,\"holder_requests_per_path\":3,"
-              "\"issue_ms\":%.1f,\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":3,\"errors\":0}\n",
+              "\"issue_ms\":%.1f,\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":3,"
+              "\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,\"errors\":0}\n",
               n, hold_issue_ms, hold_ms, static_cast<double>(n) / (hold_ms / 1000), issue_ms, fill_ms,
-              static_cast<double>(n) / (fill_ms / 1000));
+              static_cast<double>(n) / (fill_ms / 1000), hold_cpu_us / static_cast<double>(n),
+              fill_cpu_us / static_cast<double>(n));
   std::fflush(stdout);
 }
 

@@ -131,6 +131,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
 
   const auto rss0 = scale::rss_bytes();
   const auto heap0 = scale::heap_bytes();
+  const double cpu0 = scale::cpu_us();
   const auto t_issue = clock_type::now();
   for (int i = 0; i < n; ++i)
     m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
@@ -138,6 +139,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender", limit);
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
+  const double fill_cpu_us = scale::cpu_us() - cpu0;  // with the polls' few queries
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
 
@@ -166,10 +168,10 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
       "{\"scenario\":\"async_one_path\",\"pending\":%d,\"issue_ms\":%.1f,\"fill_ms\":%.0f,"
       "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,"
       "\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,"
-      "\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
+      "\"fill_cpu_us_per_acquire\":%.1f,\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
       n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, drain_ms,
       n / (drain_ms / 1000), pct(0.5), pct(0.9),
-      packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, in_order ? "true" : "false",
+      packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, fill_cpu_us / n, in_order ? "true" : "false",
       out.failed() ? "true" : "false", sizeof(zklock::lock_hold));
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_one_path: %s\n", out.error().message().c_str());
@@ -187,12 +189,14 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   warm_up(*locks.front());
   // the holders: n asynchronous acquires, granted at once (each creates its path's lock node)
   outcomes holders{n};
+  const double hold_cpu0 = scale::cpu_us();
   const auto t_hold = clock_type::now();
   for (int i = 0; i < n; ++i)
     holder_locks[static_cast<std::size_t>(i)]->async_lock(
         [&holders, i](std::error_code ec, zklock::lock_hold h) { holders.on_grant(i, ec, std::move(h), true); });
   holders.wait_all(limit);
   const double hold_ms = ms_since(t_hold);
+  const double hold_cpu_us = scale::cpu_us() - hold_cpu0;
   if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
   const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
   const long long ephemerals0 = scale::mntr(o.connect, "zk_ephemerals_count");
@@ -200,6 +204,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
 
   const auto rss0 = scale::rss_bytes();
   const auto heap0 = scale::heap_bytes();
+  const double cpu0 = scale::cpu_us();
   const auto t_issue = clock_type::now();
   for (int i = 0; i < n; ++i)
     locks[static_cast<std::size_t>(i)]->async_lock(
@@ -211,6 +216,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   poll_until([&] { return scale::mntr(o.connect, "zk_ephemerals_count") >= ephemerals0 + n; }, "saw every contender", limit);
   poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
+  const double fill_cpu_us = scale::cpu_us() - cpu0;
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
 
@@ -223,10 +229,10 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   std::printf(
       "{\"scenario\":\"async_many_paths\",\"pending\":%d,\"holders_granted_s\":%.0f,\"issue_ms\":%.1f,"
       "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
-      "\"drain_ms\":%.0f,\"grants_s\":%.0f,"
+      "\"drain_ms\":%.0f,\"grants_s\":%.0f,\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,"
       "\"in_order\":%s,\"errors\":%s}\n",
       n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
-      drain_ms, n / (drain_ms / 1000),
+      drain_ms, n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
       in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +34,14 @@ inline std::int64_t rss_bytes() {
 
 /// Returns: the bytes the heap has handed out and not got back (every malloc arena).
 inline std::int64_t heap_bytes() { return static_cast<std::int64_t>(::mallinfo2().uordblks); }
+
+/// Returns: the CPU time (user + system) of the whole process, every thread included, in microseconds.
+inline double cpu_us() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
 
 /// Returns: `key`'s value in the "mntr" answer of the first host of `zk`, or -1.
 inline long long mntr(const std::string& zk, const std::string& key) {
