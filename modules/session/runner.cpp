@@ -28,6 +28,7 @@ module;
 #include <vector>
 #include <zookeeper/zookeeper.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -517,6 +518,7 @@ void async_runner::untrack(resume_waiter* w) noexcept {
 }
 
 void async_runner::run_steps() {
+  ::pthread_setname_np(::pthread_self(), "zklock-step");  // for ps, top, perf and gdb
   t_runner = this;
   std::unique_lock lk{mu_};
   --starting_;
@@ -567,6 +569,7 @@ void async_runner::run_steps() {
 }
 
 void async_runner::run_timers() {
+  ::pthread_setname_np(::pthread_self(), "zklock-timer");
   t_runner = this;
   std::unique_lock lk{mu_};
   for (;;) {
@@ -605,6 +608,7 @@ void async_runner::run_timers() {
 }
 
 void async_runner::run_completions() {
+  ::pthread_setname_np(::pthread_self(), "zklock-done");
   t_runner = this;
   t_completion = true;
   std::unique_lock lk{mu_};

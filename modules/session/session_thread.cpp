@@ -7,6 +7,7 @@
 // (next_work); run_on_session_thread runs on the caller's (or a completion) thread and hands work
 // to the worker.
 module;
+#include <pthread.h>
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
 #include <atomic>
@@ -155,6 +156,7 @@ void state_machine::deletes_queued() noexcept {
 // ---- the worker ------------------------------------------------------------------------------------
 
 void session_impl::run_worker() {
+  ::pthread_setname_np(::pthread_self(), "zklock-worker");  // for ps, top, perf and gdb
   using kind = state_machine::work::kind;
   for (;;) {
     state_machine::work w = states.next_work();
