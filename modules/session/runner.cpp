@@ -35,6 +35,14 @@ module;
 #include <cstdlib>
 #include <new>
 
+// How a fiber switches: a few lines of assembly on x86-64, glibc's swapcontext elsewhere (or when
+// ZKLOCK_FIBER_UCONTEXT is defined).
+#if defined(__x86_64__) && !defined(ZKLOCK_FIBER_UCONTEXT)
+#define ZKLOCK_FIBER_ASM 1
+#else
+#include <ucontext.h>
+#endif
+
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #include <sanitizer/common_interface_defs.h>
@@ -50,12 +58,13 @@ import :session_impl;
 
 // What libstdc++ keeps per thread about the exceptions in flight (<cxxabi.h>'s __cxa_eh_globals):
 // a fiber that parks inside a catch block, or while unwinding, and resumes on another thread takes
-// its own along (fiber_switch).
+// its own along (run_fiber).
 namespace __cxxabiv1 {
 struct __cxa_eh_globals;
 extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
 }  // namespace __cxxabiv1
 
+#if ZKLOCK_FIBER_ASM
 // The switch between a step thread's stack and a fiber's (x86-64, System V): saves the callee-saved
 // registers and the SSE and x87 control words on the stack it leaves, stores that stack pointer in
 // *from, and restores the same from `to`. (glibc's swapcontext also saves the signal mask, with a
@@ -104,6 +113,7 @@ zklock_fiber_start:
   ud2
   .size zklock_fiber_start, .-zklock_fiber_start
 )");
+#endif
 
 namespace zklock::detail {
 
@@ -114,8 +124,10 @@ struct fiber {
   /// frames are on the heap), a sanitizer's are not; only the pages a step touches are resident.
   static constexpr std::size_t stack_size = 256 * 1024;
 
-  void* sp = nullptr;               // its stack pointer, while it is not running
-  void* back = nullptr;             // the stack pointer of the thread that runs it, while it runs
+  // x86-64: its stack pointer while it is not running, and that of the thread that runs it, while
+  // it runs; with swapcontext: its ucontext_t (in its mapping) and that thread's.
+  void* sp = nullptr;
+  void* back = nullptr;
   char* map = nullptr;              // its mapping: a guard page, the stack, the fiber
   std::size_t map_size = 0;
   char* stack = nullptr;            // the stack's lowest address
@@ -174,7 +186,11 @@ thread_local fiber* t_fiber = nullptr;
 #if ZKLOCK_FIBER_TSAN
   __tsan_switch_to_fiber(f.tsan_back, 0);
 #endif
+#if ZKLOCK_FIBER_ASM
   zklock_fiber_switch(&f.sp, to);
+#else
+  ::swapcontext(static_cast<ucontext_t*>(f.sp), static_cast<ucontext_t*>(to));
+#endif
 #if ZKLOCK_FIBER_ASAN
   __sanitizer_finish_switch_fiber(f.fake_stack, &f.back_bottom, &f.back_size);
 #endif
@@ -196,6 +212,13 @@ void fiber_main(fiber* f) noexcept {
   }
 }
 
+#if !ZKLOCK_FIBER_ASM
+/// makecontext's entry: the fiber's address in two halves.
+void fiber_start(unsigned hi, unsigned lo) noexcept {
+  fiber_main(reinterpret_cast<fiber*>(static_cast<std::uintptr_t>(hi) << 32 | static_cast<std::uintptr_t>(lo)));
+}
+#endif
+
 /// Returns: a new fiber of `r`: one mapping holds its guard page, its stack and the fiber itself (at
 /// the top: no heap). Throws: std::bad_alloc if it cannot be mapped.
 fiber* make_fiber(async_runner* r) {
@@ -205,13 +228,20 @@ fiber* make_fiber(async_runner* r) {
   if (m == MAP_FAILED) throw std::bad_alloc{};
   char* const map = static_cast<char*>(m);
   ::mprotect(map, page, PROT_NONE);  // a guard: a step that overflows its stack faults
-  const auto top = (reinterpret_cast<std::uintptr_t>(map + size) - sizeof(fiber)) & ~std::uintptr_t{63};
-  auto* f = ::new (reinterpret_cast<void*>(top)) fiber;
+#if ZKLOCK_FIBER_ASM
+  constexpr std::size_t context = 0;
+#else
+  constexpr std::size_t context = (sizeof(ucontext_t) + 63) & ~std::size_t{63};  // below the fiber
+#endif
+  const auto at = (reinterpret_cast<std::uintptr_t>(map + size) - sizeof(fiber)) & ~std::uintptr_t{63};
+  const auto top = at - context;
+  auto* f = ::new (reinterpret_cast<void*>(at)) fiber;
   f->map = map;
   f->map_size = size;
   f->stack = map + page;
   f->stack_size_ = static_cast<std::size_t>(reinterpret_cast<char*>(top) - f->stack);
   f->runner = r;
+#if ZKLOCK_FIBER_ASM
   // What zklock_fiber_switch pops on the first switch to it: the control words (their defaults),
   // r15, r14, r13 = fiber_main, r12 = f, rbx, rbp, and the return address zklock_fiber_start.
   auto* sp = reinterpret_cast<std::uintptr_t*>(top & ~std::uintptr_t{15});
@@ -225,6 +255,21 @@ fiber* make_fiber(async_runner* r) {
   *--sp = 0;                                            // r15
   *--sp = std::uintptr_t{0x037f} << 32 | 0x1f80;        // x87 control word, MXCSR
   f->sp = sp;
+#else
+  auto* uc = ::new (reinterpret_cast<void*>(top)) ucontext_t{};
+  if (::getcontext(uc) != 0) {
+    f->~fiber();
+    ::munmap(map, size);
+    throw std::bad_alloc{};
+  }
+  uc->uc_stack.ss_sp = f->stack;
+  uc->uc_stack.ss_size = f->stack_size_;
+  uc->uc_link = nullptr;  // fiber_main never returns
+  const auto bits = reinterpret_cast<std::uintptr_t>(f);
+  ::makecontext(uc, reinterpret_cast<void (*)()>(&fiber_start), 2, static_cast<unsigned>(bits >> 32),
+                static_cast<unsigned>(bits & 0xffffffffu));
+  f->sp = uc;
+#endif
 #if ZKLOCK_FIBER_TSAN
   f->tsan = __tsan_create_fiber(0);
 #endif
@@ -278,6 +323,10 @@ void async_runner::run_fiber(fiber* f) noexcept {
   const async_runner* const was = set_runner(this);  // a step is on its runner, wherever it runs
   void* const to = f->sp;
   void** const back = &f->back;
+#if !ZKLOCK_FIBER_ASM
+  ucontext_t here;  // this thread's, while the fiber runs
+  *back = &here;
+#endif
 #if ZKLOCK_FIBER_TSAN
   f->tsan_back = __tsan_get_current_fiber();
   __tsan_switch_to_fiber(f->tsan, 0);
@@ -286,7 +335,11 @@ void async_runner::run_fiber(fiber* f) noexcept {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f->stack, f->stack_size_);
 #endif
+#if ZKLOCK_FIBER_ASM
   zklock_fiber_switch(back, to);
+#else
+  ::swapcontext(&here, static_cast<ucontext_t*>(to));
+#endif
 #if ZKLOCK_FIBER_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif

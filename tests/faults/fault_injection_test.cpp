@@ -919,6 +919,20 @@ TEST(FaultInjection, AnAcquireSpanningAGiveUpIsGrantedOnTheLiveSessionOnly) {
   o.loss_tolerance = scaled(1500ms);
   zklock::session s{o};
   const auto first_id = s.id();
+  // The give-up is seen by a listener: `expired` lasts only until the worker opens the next handle,
+  // which a wait_for(expired) woken late (a loaded machine) can miss.
+  struct seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool expired = false;
+  };
+  const auto given_up = std::make_shared<seen>();
+  s.add_state_listener([given_up](zklock::session_state st) {
+    if (st != zklock::session_state::expired) return;
+    std::lock_guard l{given_up->mu};
+    given_up->expired = true;
+    given_up->cv.notify_all();
+  });
   bounded_mutex m{s, path};
   ASSERT_EQ(proxy.command("cut"), "ok cut");
   ASSERT_TRUE(s.wait_for(zklock::session_state::suspended, scaled(10s)));
@@ -928,7 +942,11 @@ TEST(FaultInjection, AnAcquireSpanningAGiveUpIsGrantedOnTheLiveSessionOnly) {
     std::this_thread::sleep_for(2ms);  // polling the proxy for the client's next connection
   ASSERT_NE(proxy.command("waiting"), "ok 0") << "the client did not try to reconnect";
   auto locker = lock_async(m);  // its create and listing wait for the held connection
-  ASSERT_TRUE(s.wait_for(zklock::session_state::expired, scaled(10s))) << "the session was not given up";
+  {
+    std::unique_lock l{given_up->mu};
+    ASSERT_TRUE(given_up->cv.wait_for(l, scaled(10s), [&] { return given_up->expired; }))
+        << "the session was not given up";
+  }
   EXPECT_EQ(locker.wait_for(0s), std::future_status::timeout) << "lock() returned before the heal";
   ASSERT_EQ(proxy.command("heal"), "ok normal");
   ASSERT_EQ(locker.wait_for(scaled(30s)), std::future_status::ready) << "lock() did not return after the heal";
