@@ -338,7 +338,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   {
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
-                                  count ? &count->requests : nullptr, turn);
+                                  count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);

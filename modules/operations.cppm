@@ -73,6 +73,9 @@ class create_sent {
 /// of two. When the create fails or its outcome is unknown (connection loss), creates one request
 /// at a time, finding a node whose create's outcome was unknown by its prefix after reconnecting
 /// and adopting it only if it belongs to this session.
+/// `fresh_likely`: the lock node may well be missing (a lock's, not a semaphore's, whose node is
+/// made when it is opened): on a path this session has not used, the lock node and the contender
+/// may then be created in one transaction (no ACL check: the lock node is ours).
 /// Returns: the node and the listing (nullopt: list again), or nullopt if `deadline` passed
 /// (nothing left behind). Adds the number of requests sent to `*sent`, if given. Calls
 /// `turn->sent()`, if given, once the contender's create is handed to the client (or will not be).
@@ -80,7 +83,8 @@ class create_sent {
 /// no_auth), naming the lock path.
 std::optional<queued_node> create_and_list(session& s, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline,
-                                           std::size_t* sent = nullptr, create_sent* turn = nullptr);
+                                           std::size_t* sent = nullptr, create_sent* turn = nullptr,
+                                           bool fresh_likely = false);
 
 /// Returns: the children of `path` (none if it is missing: then `*missing`, if given, is set and no
 /// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`

@@ -3,10 +3,11 @@
 // the create and the first listing together (pipelined); a create whose outcome is unknown is
 // settled by protected creation (find the node by its unique prefix, adopt it only if this session
 // owns it); missing lock nodes are created as containers; the lock node's ACL is checked once per
-// path. Also the ACL of every node zklock creates. Runs on the caller's thread; the pipelined
-// replies arrive on the C client's completion thread.
+// path, by the server (the ACL probe). Also the ACL of every node zklock creates. Runs on the
+// caller's thread; the pipelined replies arrive on the C client's completion thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -105,6 +106,7 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
 
 namespace {
 
+/// The one-request path's ACL check (the pipelined one is the ACL probe, below).
 /// Effects: once per session and lock path, reads the lock node's ACL and refuses to queue there
 /// if it would not let this session delete its contender node again (ZooKeeper checks DELETE on
 /// the parent): the create would succeed and the release fail, leaving a node that blocks the
@@ -121,6 +123,7 @@ std::optional<bool> check_deletable(session_impl& s, const std::string& lock_pat
     return zoo_aget_acl(zh, lock_path.c_str(), &reply_to::on_acl, data);
   });
   if (!rc) return std::nullopt;
+  s.fresh_paths.store(*rc == ZNONODE, std::memory_order_relaxed);
   if (*rc == ZOK) {
     const std::vector<acl_entry>& entries = acl.acl;
     bool may_delete = acl_may_delete(entries, {});  // as anyone (world, or a scheme zklock cannot judge)
@@ -139,19 +142,65 @@ std::optional<bool> check_deletable(session_impl& s, const std::string& lock_pat
   return *rc == ZNONODE;
 }
 
-}  // namespace
-
-namespace {
-
 std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
                                                bool maybe_created, std::size_t* sent);
+
+/// The ACL probe: on a lock path this session has not checked yet, our contender is created by a
+/// transaction that also creates, stamps and deletes a probe node beside it (lock_path/prefix
+/// "probe"). The server checks CREATE and DELETE on the lock node for every operation, so the
+/// transaction commits only if we may delete our node again, exactly as the server judges it, with
+/// no read of the ACL first (one round trip less); other clients never see the probe. All its
+/// operations share one zxid, so the probe's stat (from the stamp: a create in a transaction
+/// returns no stat) gives our node's czxid, the fencing token. What the client writes while the
+/// transaction is in flight is kept by its reply_state.
+struct acl_probe {
+  static constexpr int create_probe = 0, stamp_probe = 1, delete_probe = 2, create_ours = 3;
+  zoo_op_t ops[4];
+  zoo_op_result_t results[4]{};
+  struct Stat stat {};
+  std::vector<char> created;  // our node's name, as the server made it
+  std::string probe;
+
+  acl_probe(session_impl& s, const std::string& node_prefix, std::string_view data)
+      : created(node_prefix.size() + 16), probe(node_prefix + "probe") {  // + the sequence's 10 digits
+    // The probe is never seen, so its ACL is the open one (the stamp needs WRITE on it).
+    zoo_create_op_init(&ops[create_probe], probe.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
+    zoo_set_op_init(&ops[stamp_probe], probe.c_str(), nullptr, -1, -1, &stat);
+    zoo_delete_op_init(&ops[delete_probe], probe.c_str(), -1);
+    zoo_create_op_init(&ops[create_ours], node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+                       contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, created.data(), static_cast<int>(created.size()));
+  }
+  /// Effects: sends the transaction (the caller holds handle.mu shared). Returns: as send_locked.
+  std::shared_ptr<reply_state> send(session_impl& s, const std::shared_ptr<acl_probe>& self, int& rc) {
+    return s.send_locked(
+        [&](zhandle_t* zh, const void* d) {
+          static_cast<reply_state*>(const_cast<void*>(d))->keep = self;
+          return zoo_amulti(zh, 4, ops, results, &reply_to::on_void, d);
+        },
+        rc);
+  }
+  /// Effects: reports the server's refusal `rc` of the transaction, unless the lock node (or its
+  /// parent) is missing: then returns.
+  /// Throws: errc::no_auth naming the permission missing, or fail()'s error.
+  void refused(const std::string& lock_path, int rc, const call_name& what) const {
+    if (results[create_probe].err == ZNONODE) return;
+    if (results[delete_probe].err == ZNOAUTH)
+      throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
+                                     " does not let this session delete its contender node again (needs DELETE "
+                                     "permission on " + lock_path +
+                                     "): refusing to queue there");
+    const call_name creating{"zklock: creating a contender under ", lock_path, "CREATE", lock_path};
+    fail(results[create_probe].err != ZOK ? results[create_probe].err : rc,
+         results[create_probe].err != ZOK || results[create_ours].err != ZOK ? creating : what);
+  }
+};
 
 }  // namespace
 
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline, std::size_t* sent,
-                                           create_sent* turn) {
+                                           create_sent* turn, bool fresh_likely) {
   struct turn_guard {  // the turn ends with the create's send, or when this call ends
     create_sent* t;
     void done() noexcept {
@@ -162,18 +211,19 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: queueing under ", lock_path, "CREATE", lock_path};
   const std::uint64_t g = s.states.live_generation(what);
-  const auto missing = check_deletable(s, lock_path, g, deadline, sent);
-  if (!missing) return std::nullopt;
   const std::string node_prefix = lock_path + "/" + prefix;
+  // A path checked before takes the plain create; else the ACL probe's transaction. A lock node
+  // likely missing (as the last one this session met was: free locks' nodes are containers, which
+  // the server removes) is created right before it, in the same round trip.
+  const bool checked = s.deletable.contains(lock_path);
+  const bool make_lock = !checked && fresh_likely && s.fresh_paths.load(std::memory_order_relaxed);
+  const auto probe = checked ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
   std::shared_ptr<reply_state> parent, create, list;
   int prc = ZOK, crc = ZOK, lrc = ZOK;
   {
     std::shared_lock hl{s.handle.mu};  // while the requests are handed over: the handle stays open
     s.states.check_live(g, what);
-    // A lock node found missing is created right before the contender, in the same round trip (a
-    // fresh path costs two: the ACL check and this). If its parent is missing too, every create
-    // fails with ZNONODE and the one-request path below creates the parents.
-    if (*missing) {
+    if (make_lock) {
       parent = s.send_locked(
           [&](zhandle_t* zh, const void* d) {
             return zoo_acreate(zh, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER,
@@ -182,16 +232,20 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
           prc);
       if (parent && sent) ++*sent;
     }
-    create = s.send_locked(
-        [&](zhandle_t* zh, const void* d) {
-          return zoo_acreate2(zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
-                              ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
-        },
-        crc);
-    // Queued behind the creates sent before it: the next acquire of the path may send its own. On a
-    // fresh path the turn ends with this call instead: the create may fail for a missing parent,
-    // and the one-request path below must still create ours before the next acquire's.
-    if (!*missing) in_turn.done();
+    if (probe) {
+      create = probe->send(s, probe, crc);
+    } else {
+      create = s.send_locked(
+          [&](zhandle_t* zh, const void* d) {
+            return zoo_acreate2(zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+                                contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
+          },
+          crc);
+    }
+    // Queued behind the creates sent before it: the next acquire of the path may send its own. On
+    // a path not checked yet the turn ends with this call instead: the create may fail for a
+    // missing lock node, and the one-request path below must still create ours before the next's.
+    if (checked) in_turn.done();
     if (create) {
       if (sent) ++*sent;
       // getChildren2: the same request, with the lock node's stat (whose data length tells whether
@@ -204,19 +258,40 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
       if (list && sent) ++*sent;
     }
   }
-  // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of its
-  // generation. The lock node's create comes first (the one-request paths below rely on its outcome).
-  if (parent) s.await_reply(parent, g, nullptr);
-  if (!create) {
-    // Not sent (the handle is not connected, or bad arguments): the one-request path decides.
-    auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, false, sent);
+  // The one-request path, for what the pipelined requests did not settle: checks the ACL first
+  // on a path not checked yet (by reading it), and adopts a node whose create's outcome was unknown.
+  auto one_by_one = [&](bool maybe_created) -> std::optional<queued_node> {
+    if (!s.deletable.contains(lock_path)) {
+      std::optional<bool> checked_now;
+      try {
+        checked_now = check_deletable(s, lock_path, g, deadline, sent);
+      } catch (...) {
+        if (maybe_created) s.defer_delete({lock_path, prefix, g});
+        throw;
+      }
+      if (!checked_now) {
+        if (maybe_created) s.defer_delete({lock_path, prefix, g});
+        return std::nullopt;
+      }
+    }
+    auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, maybe_created, sent);
     if (!node) return std::nullopt;
     return queued_node{std::move(*node), std::nullopt};
-  }
+  };
+  // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of its
+  // generation. The lock node's create comes first (the one-request paths below rely on its outcome).
+  if (parent) prc = s.await_reply(parent, g, nullptr);
+  if (!create) return one_by_one(false);  // not sent (not connected, or bad arguments)
   reply created, listed;
   const int create_rc = s.await_reply(create, g, &created);
   const int list_rc = list ? s.await_reply(list, g, &listed) : lrc;
   if (create_rc == ZOK) {
+    if (probe) {
+      s.deletable.insert(lock_path);
+      s.fresh_paths.store(parent && prc == ZOK, std::memory_order_relaxed);
+      created.value = probe->created.data();
+      created.stat.czxid = probe->stat.czxid;
+    }
     queued_node q{held_node{std::move(created.value), created.stat.czxid, g}, std::nullopt};
     if (list_rc == ZOK) {
       q.listing = std::move(listed.names);
@@ -224,14 +299,15 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     }
     return q;
   }
+  const bool unknown = unknown_outcome(create_rc) || create_rc == ZSYSTEMERROR || create_rc == ZINVALIDSTATE ||
+                       create_rc == ZCLOSING;
+  if (probe && !unknown) {
+    probe->refused(lock_path, create_rc, what);  // returns if the lock node is missing
+    s.fresh_paths.store(true, std::memory_order_relaxed);
+  }
   // Failed (missing lock node, NOAUTH, ...) or unknown (the connection was lost, or the generation
   // ended): the one-request path handles each case, adopting a node that was created after all.
-  auto node = create_contender_from(s, lock_path, prefix, data, deadline, g,
-                                    unknown_outcome(create_rc) || create_rc == ZSYSTEMERROR ||
-                                        create_rc == ZINVALIDSTATE || create_rc == ZCLOSING,
-                                    sent);
-  if (!node) return std::nullopt;
-  return queued_node{std::move(*node), std::nullopt};
+  return one_by_one(unknown);
 }
 
 namespace {

@@ -99,6 +99,7 @@ struct reply_state {
   int rc = ZSYSTEMERROR;
   reply r;
   std::shared_ptr<reply_state> self;  ///< while in flight
+  std::shared_ptr<void> keep;         ///< what the client writes into before the completion (a multi's results)
   handle_ctx* owner = nullptr;        ///< whose registry lists it, while in flight
   reply_state* prev = nullptr;
   reply_state* next = nullptr;
@@ -551,6 +552,9 @@ struct session_impl {
   client_handle handle;
   session_reaper reaper;
   path_set deletable;  // lock paths whose ACL lets us delete our nodes
+  // Whether the lock path of a first acquire is likely missing (as the last one this session
+  // looked at was): then the lock node and the contender are created in one transaction.
+  std::atomic<bool> fresh_paths{true};
   std::thread worker;
 
   // The asynchronous acquires' runner (runner.cpp): made by the first one, drained by close(),

@@ -1322,10 +1322,11 @@ std::size_t thread_count() {
 
 // Issue 25: a session's asynchronous acquires keep their requests in flight together, each step
 // waiting for its reply without a thread of its own. 200 acquires of fresh paths each send their
-// first request (the ACL check of the lock node, getACL) into a silent partition: the proxy holds
-// all 200 at once (a thread per waiting step would hold no more requests than it has threads),
-// while the runner has started no more threads than its few step threads, its timer and its
-// completion thread. After the heal every acquire is granted once.
+// first requests (the lock node's create, the contender's transaction with the ACL probe, a multi,
+// and the listing) into a silent partition: the proxy holds all 200 transactions at once (a thread
+// per waiting step would hold no more requests than it has threads), while the runner has started
+// no more threads than its few step threads, its timer and its completion thread. After the heal
+// every acquire is granted once.
 TEST(FaultInjection, TwoHundredAsyncStepsWaitForTheirRepliesTogetherOnAFewThreads) {
   zkt::private_server zk;
   zk_proxy proxy{zk.connect()};
@@ -1345,7 +1346,7 @@ TEST(FaultInjection, TwoHundredAsyncStepsWaitForTheirRepliesTogetherOnAFewThread
   const auto deadline = steady_clock::now() + scaled(8000ms);
   std::string held;
   std::size_t most_threads = 0;
-  while ((held = proxy.command("held 6")) != "ok " + std::to_string(n) && steady_clock::now() < deadline) {
+  while ((held = proxy.command("held 14")) != "ok " + std::to_string(n) && steady_clock::now() < deadline) {
     most_threads = std::max(most_threads, thread_count());
     std::this_thread::sleep_for(5ms);  // polling the proxy's count, bounded by the deadline
   }

@@ -302,8 +302,9 @@ TEST_F(Acl, ARefusedReleaseIsReportedToTheLogHandler) {
 
 TEST_F(Acl, ALockNodeThatWouldRefuseOurDeleteRefusesToQueue) {
   // A lock node whose ACL lets others create children but not delete them (not one zklock makes):
-  // a contender could queue and then never leave. zklock reads the lock node's ACL at its first
-  // use in a session and refuses with no_auth before creating anything.
+  // a contender could queue and then never leave. At its first use of the path in a session zklock
+  // creates its contender in a transaction that also creates and deletes a probe node there, which
+  // the server refuses as a whole: no_auth, and nothing created.
   const std::string base = zkt::unique_path("acl-no-delete");
   zkt::raw_client alice_raw{"alice", "pw"};
   ASSERT_EQ(alice_raw.create_with_world(base, zkt::perm::read | zkt::perm::create), 0);
@@ -495,10 +496,21 @@ TEST_F(Acl, ARefusalNamesTheNodeAndThePermission) {
               std::string::npos)
         << sem_what;
   }
-  {  // the lock node itself, whose ACL would not let bob delete his contender node again
+  {  // the lock node itself, whose ACL would not let bob queue under it (nor delete there)
     zklock::mutex m{bob, base};
     const std::string what = message_of([&] { m.lock(); });
-    EXPECT_NE(what.find("needs DELETE permission on " + base), std::string::npos) << what;
+    EXPECT_NE(what.find("creating a contender under " + base + " (needs CREATE permission on " + base + ")"),
+              std::string::npos)
+        << what;
+  }
+  {  // a lock node that lets bob create children but not delete them: the DELETE is named
+    const std::string no_delete = base + "-no-delete";
+    ASSERT_EQ(alice_raw.create_with_world(no_delete, zkt::perm::read | zkt::perm::create), 0);
+    zklock::mutex m{bob, no_delete};
+    const std::string what = message_of([&] { m.lock(); });
+    EXPECT_NE(what.find("needs DELETE permission on " + no_delete), std::string::npos) << what;
+    EXPECT_EQ(zkt::children(no_delete), std::vector<std::string>{}) << "a contender was left behind";
+    EXPECT_EQ(alice_raw.remove(no_delete), 0);
   }
   {  // an unreadable lock node: listing it needs READ
     const std::string hidden = base + "-hidden";
