@@ -147,34 +147,44 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
                                                bool maybe_created, std::size_t* sent);
 
 /// The ACL probe: on a lock path this session has not checked yet, our contender is created by a
-/// transaction that also creates, stamps and deletes a probe node beside it (lock_path/prefix
-/// "probe"). The server checks CREATE and DELETE on the lock node for every operation, so the
-/// transaction commits only if we may delete our node again, exactly as the server judges it, with
-/// no read of the ACL first (one round trip less); other clients never see the probe. All its
-/// operations share one zxid, so the probe's stat (from the stamp: a create in a transaction
-/// returns no stat) gives our node's czxid, the fencing token. What the client writes while the
-/// transaction is in flight is kept by its reply_state.
+/// transaction that also creates, stamps and deletes a probe node beside it (named our node's
+/// prefix, without the sequence). The server checks CREATE and DELETE on the lock node for every
+/// operation, so the transaction commits only if we may delete our node again, exactly as the
+/// server judges it, with no read of the ACL first (one round trip less); other clients never see
+/// the probe. All its operations share one zxid, so the probe's stat (from the stamp: a create in
+/// a transaction returns no stat) gives our node's czxid, the fencing token. What the client writes
+/// while the transaction is in flight is kept by its reply_state.
+///
+/// The C client's zoo_amulti (3.8.0) is unsafe on a handle whose session is over: it then skips
+/// initialising the later operations' requests and frees their uninitialised paths (a double free,
+/// seen in a test that expires a session under a thousand acquires). So the transaction is sent
+/// only while the handle is connected (an expiry needs a reconnection first), with one path
+/// pointer for every operation (what such a stale request path would hold), and never with a
+/// chroot (whose path copies that call would free twice); else the path's ACL is read first.
 struct acl_probe {
-  static constexpr int create_probe = 0, stamp_probe = 1, delete_probe = 2, create_ours = 3;
+  static constexpr int create_ours = 0, create_probe = 1, stamp_probe = 2, delete_probe = 3;
   zoo_op_t ops[4];
   zoo_op_result_t results[4]{};
   struct Stat stat {};
   std::vector<char> created;  // our node's name, as the server made it
-  std::string probe;
 
   acl_probe(session_impl& s, const std::string& node_prefix, std::string_view data)
-      : created(node_prefix.size() + 16), probe(node_prefix + "probe") {  // + the sequence's 10 digits
+      : created(node_prefix.size() + 16) {  // + the sequence's 10 digits
+    const char* path = node_prefix.c_str();  // every operation's (see above)
+    zoo_create_op_init(&ops[create_ours], path, data.data(), static_cast<int>(data.size()), contender_acl(s),
+                       ZOO_EPHEMERAL_SEQUENTIAL, created.data(), static_cast<int>(created.size()));
     // The probe is never seen, so its ACL is the open one (the stamp needs WRITE on it).
-    zoo_create_op_init(&ops[create_probe], probe.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
-    zoo_set_op_init(&ops[stamp_probe], probe.c_str(), nullptr, -1, -1, &stat);
-    zoo_delete_op_init(&ops[delete_probe], probe.c_str(), -1);
-    zoo_create_op_init(&ops[create_ours], node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
-                       contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, created.data(), static_cast<int>(created.size()));
+    zoo_create_op_init(&ops[create_probe], path, nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
+    zoo_set_op_init(&ops[stamp_probe], path, nullptr, -1, -1, &stat);
+    zoo_delete_op_init(&ops[delete_probe], path, -1);
   }
-  /// Effects: sends the transaction (the caller holds handle.mu shared). Returns: as send_locked.
+  /// Effects: sends the transaction if the handle is connected (the caller holds handle.mu shared,
+  /// and node_prefix lives until this returns: the client copies the requests at once).
+  /// Returns: as send_locked (not connected: nullptr, ZCONNECTIONLOSS).
   std::shared_ptr<reply_state> send(session_impl& s, const std::shared_ptr<acl_probe>& self, int& rc) {
     return s.send_locked(
         [&](zhandle_t* zh, const void* d) {
+          if (zoo_state(zh) != ZOO_CONNECTED_STATE) return static_cast<int>(ZCONNECTIONLOSS);
           static_cast<reply_state*>(const_cast<void*>(d))->keep = self;
           return zoo_amulti(zh, 4, ops, results, &reply_to::on_void, d);
         },
@@ -184,15 +194,16 @@ struct acl_probe {
   /// parent) is missing: then returns.
   /// Throws: errc::no_auth naming the permission missing, or fail()'s error.
   void refused(const std::string& lock_path, int rc, const call_name& what) const {
-    if (results[create_probe].err == ZNONODE) return;
+    const int first = results[create_ours].err;  // ops after the failed one say ZRUNTIMEINCONSISTENCY
+    if (first == ZNONODE) return;
     if (results[delete_probe].err == ZNOAUTH)
       throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
                                      " does not let this session delete its contender node again (needs DELETE "
                                      "permission on " + lock_path +
                                      "): refusing to queue there");
     const call_name creating{"zklock: creating a contender under ", lock_path, "CREATE", lock_path};
-    fail(results[create_probe].err != ZOK ? results[create_probe].err : rc,
-         results[create_probe].err != ZOK || results[create_ours].err != ZOK ? creating : what);
+    if (first != ZOK && first != ZRUNTIMEINCONSISTENCY) fail(first, creating);
+    fail(rc, what);
   }
 };
 
@@ -215,8 +226,14 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   // A path checked before takes the plain create; else the ACL probe's transaction. A lock node
   // likely missing (as the last one this session met was: free locks' nodes are containers, which
   // the server removes) is created right before it, in the same round trip.
-  const bool checked = s.deletable.contains(lock_path);
-  const bool make_lock = !checked && fresh_likely && s.fresh_paths.load(std::memory_order_relaxed);
+  bool checked = s.deletable.contains(lock_path);
+  bool make_lock = !checked && fresh_likely && s.fresh_paths.load(std::memory_order_relaxed);
+  if (!checked && !s.chroot.empty()) {  // no probe (see acl_probe): read the ACL first
+    const auto missing = check_deletable(s, lock_path, g, deadline, sent);
+    if (!missing) return std::nullopt;
+    checked = true;
+    make_lock = *missing;
+  }
   const auto probe = checked ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
   std::shared_ptr<reply_state> parent, create, list;
   int prc = ZOK, crc = ZOK, lrc = ZOK;
@@ -245,7 +262,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     // Queued behind the creates sent before it: the next acquire of the path may send its own. On
     // a path not checked yet the turn ends with this call instead: the create may fail for a
     // missing lock node, and the one-request path below must still create ours before the next's.
-    if (checked) in_turn.done();
+    if (checked && !make_lock) in_turn.done();
     if (create) {
       if (sent) ++*sent;
       // getChildren2: the same request, with the lock node's stat (whose data length tells whether

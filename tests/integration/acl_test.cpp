@@ -479,6 +479,34 @@ std::string message_of(F&& f) {
   return {};
 }
 
+TEST_F(Acl, AnAclZklockCannotJudgeIsJudgedByTheServer) {
+  // An ip entry: whether it counts this session in, only the server knows (zklock's own reading of
+  // an ACL lets such entries pass). The ACL probe lets the server judge: an entry for another host
+  // leaves this session only CREATE (from world), so it is refused and nothing is left behind...
+  zkt::raw_client raw;
+  const std::string elsewhere = zkt::unique_path("acl-ip-elsewhere");
+  ASSERT_EQ(raw.create_with_acl(elsewhere, {{zkt::perm::all, "ip", "10.255.255.1"},
+                                            {zkt::perm::read | zkt::perm::create, "world", "anyone"}}),
+            0);
+  // ...while one for the loopback address lets it queue and leave as usual.
+  const std::string here = zkt::unique_path("acl-ip-here");
+  ASSERT_EQ(raw.create_with_acl(here, {{zkt::perm::all, "ip", "127.0.0.1"}}), 0);
+  {
+    zklock::session s{as("")};
+    zklock::mutex m{s, elsewhere};
+    const std::string what = message_of([&] { m.lock(); });
+    EXPECT_NE(what.find("needs DELETE permission on " + elsewhere), std::string::npos) << what;
+    EXPECT_EQ(zkt::children(elsewhere), std::vector<std::string>{}) << "a contender was left behind";
+    zklock::mutex ok{s, here};
+    ok.lock();
+    EXPECT_EQ(zkt::children(here).size(), 1u);
+    ok.unlock();
+    EXPECT_EQ(zkt::children(here), std::vector<std::string>{});
+  }
+  EXPECT_EQ(raw.remove(elsewhere), 0);
+  EXPECT_EQ(raw.remove(here), 0);
+}
+
 TEST_F(Acl, ARefusalNamesTheNodeAndThePermission) {
   const std::string base = zkt::unique_path("acl-message");
   zkt::raw_client alice_raw{"alice", "pw"};

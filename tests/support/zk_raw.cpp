@@ -476,6 +476,14 @@ int raw_client::create_with_world(const std::string& path, int world_perms) {
   return zoo_create(static_cast<zhandle_t*>(zh_), path.c_str(), nullptr, -1, &acl, 0, nullptr, 0);
 }
 
+int raw_client::create_with_acl(const std::string& path, const std::vector<acl_entry>& acl) {
+  std::vector<ACL> entries;  // (the C client's Id has char*, and only reads it)
+  for (const auto& e : acl)
+    entries.push_back({e.perms, {const_cast<char*>(e.scheme.c_str()), const_cast<char*>(e.id.c_str())}});
+  ACL_vector v{static_cast<std::int32_t>(entries.size()), entries.data()};
+  return zoo_create(static_cast<zhandle_t*>(zh_), path.c_str(), nullptr, -1, &v, 0, nullptr, 0);
+}
+
 std::optional<std::string> raw_client::create_ephemeral_sequential(const std::string& prefix) {
   char created[1024];
   const int rc = zoo_create(static_cast<zhandle_t*>(zh_), prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,

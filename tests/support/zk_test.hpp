@@ -180,6 +180,9 @@ class raw_client {
   /// permission and everybody else `world_perms` (perm:: bits). Returns: the C client's return code.
   int create_with_world(const std::string& path, int world_perms);
 
+  /// Effects: creates the persistent node `path` with the ACL `acl`. Returns: the C client's return code.
+  int create_with_acl(const std::string& path, const std::vector<acl_entry>& acl);
+
   /// Effects: replaces the ACL of `path` with one entry: everybody gets `world_perms` (perm:: bits).
   /// Needs ADMIN on the node. Returns: the C client's return code.
   int set_world_acl(const std::string& path, int world_perms);
