@@ -368,8 +368,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     std::vector<std::string> targets;
     {
       unsigned present = 0;
-      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds, &present);
-      listing.reset();
+      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds, &present);  // views *listing
       if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
       const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
       if (mine == queue.end()) at.vanished();
@@ -383,7 +382,8 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       limit = st.limit;
       window = Watch::window(ahead, limit, look_ahead(s));
       for (std::size_t i = ahead - window; window != 0 && i < ahead; ++i)
-        targets.push_back(lock_path + "/" + queue[st.ahead[i]].name);
+        targets.push_back((lock_path + "/").append(queue[st.ahead[i]].name));
+      listing.reset();  // (what the wait needs is in targets)
     }
     if (window == 0) {  // the lock node's children: any join or leave may be our turn
       if (at.children_armed()) {  // else it fired already (or none was armed): look again now

@@ -226,7 +226,7 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
   std::vector<detail::contender> present;
   std::vector<contender_info> out;
   for (auto& c : detail::sorted_contenders(listing, all_kinds)) {
-    const auto info = detail::read_node(s, path + "/" + c.name);
+    const auto info = detail::read_node(s, (path + "/").append(c.name));
     if (!info) continue;  // left meanwhile
     contender_info ci;
     ci.node = c.name;
@@ -241,7 +241,7 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
 
   // States, by each side's rule among the contenders still there.
   std::vector<std::string> names;
-  for (const auto& c : present) names.push_back(c.name);
+  for (const auto& c : present) names.emplace_back(c.name);
   auto judge = [&](unsigned kinds, auto&& held) {
     const auto queue = detail::sorted_contenders(names, kinds);
     for (std::size_t i = 0; i < queue.size(); ++i)

@@ -88,13 +88,13 @@ std::optional<std::pair<contender_kind, std::int32_t>> parse_name(std::string_vi
 std::optional<contender> parse_contender(std::string_view name) {
   const auto p = parse_name(name);
   if (!p) return std::nullopt;
-  return contender{std::string{name}, p->second, p->first};
+  return contender{name, p->second, p->first};
 }
 
 std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
                                          unsigned* present) {
-  // One pass: every name is parsed once and copied only if it is a wanted contender (a listing of
-  // a long queue is long: this runs on every wake-up of a waiter that is not second in line).
+  // One pass: every name is parsed once and viewed, not copied (a listing of a long queue is long:
+  // this runs on every wake-up of a waiter that is not second in line).
   std::vector<contender> out;
   out.reserve(children.size());
   unsigned seen = 0;

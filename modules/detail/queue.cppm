@@ -21,13 +21,13 @@ std::string_view marker(contender_kind k) noexcept;
 
 /// One contender node, as listed.
 struct contender {
-  std::string name;                            ///< the child's name under the lock node
+  std::string_view name;                       ///< the child's name under the lock node (views the listing's)
   std::int32_t seq = 0;                        ///< its sequence number (the last 10 digits)
   contender_kind kind = contender_kind::lock;  ///< which side it stands for
 };
 
 /// Returns: the contender a child name stands for, or nullopt if the name is not a contender
-/// (no marker, or not followed by a 10-character ZooKeeper sequence).
+/// (no marker, or not followed by a 10-character ZooKeeper sequence). Its name views `name`.
 std::optional<contender> parse_contender(std::string_view name);
 
 /// Returns: whether sequence a was issued before b (serial-number arithmetic: right across the
@@ -38,7 +38,8 @@ constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
 
 /// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
 /// queue order. `present`, if given, receives the kinds of every contender among the children
-/// (wanted or not), so that a caller sees nodes that do not belong under its path.
+/// (wanted or not), so that a caller sees nodes that do not belong under its path. The contenders'
+/// names view `children`'s: keep it while they are used.
 std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
                                          unsigned* present = nullptr);
 

@@ -44,7 +44,7 @@ TEST(ContenderOrder, SortsByQueueOrderAndFiltersKinds) {
                                       "_c_e-__READ__2147483645", "leases"};
   const auto q = sorted_contenders(kids, 1u << static_cast<unsigned>(contender_kind::lock));
   std::vector<std::string> names;
-  for (auto& c : q) names.push_back(c.name.substr(0, 4));
+  for (auto& c : q) names.emplace_back(c.name.substr(0, 4));
   EXPECT_EQ(names, (std::vector<std::string>{"_c_a", "_c_d", "_c_c", "_c_b"}));
   const auto rw = sorted_contenders(kids, (1u << 1) | (1u << 2));
   ASSERT_EQ(rw.size(), 1u);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The mode rules: who holds, and what each waiter watches.
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,11 +14,12 @@ using namespace zklock::detail;
 
 namespace {
 std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read, 'W' write, 'S' lease
+  static std::deque<std::string> names;  // what the contenders' names view (never moves)
   std::vector<contender> q;
   int seq = 0;
   for (char k : kinds) {
     contender c;
-    c.name = std::string(1, k) + std::to_string(seq);
+    c.name = names.emplace_back(std::string(1, k) + std::to_string(seq));
     c.seq = seq++;
     c.kind = k == 'R' ? contender_kind::read : k == 'W' ? contender_kind::write
            : k == 'S' ? contender_kind::lease : contender_kind::lock;
@@ -31,7 +33,7 @@ std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read,
 template <class Rule>
 std::vector<std::string> ahead(const Rule& r, const std::vector<contender>& q, std::size_t self) {
   std::vector<std::string> out;
-  for (auto i : stand(r, q, self).ahead) out.push_back(q[i].name);
+  for (auto i : stand(r, q, self).ahead) out.emplace_back(q[i].name);
   return out;
 }
 
@@ -85,7 +87,7 @@ std::string holders(const std::vector<contender>& q) {
     const bool held = q[i].kind == contender_kind::read    ? stand(read_rule{}, q, i).held()
                       : q[i].kind == contender_kind::write ? stand(write_rule{}, q, i).held()
                                                            : stand(exclusive_rule{}, q, i).held();
-    if (held) out += q[i].name + " ";
+    if (held) (out += q[i].name) += " ";
   }
   return out;
 }
