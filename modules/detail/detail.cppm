@@ -73,7 +73,7 @@ constexpr bool settle_before_requeue(bool contended, clock::duration held_for, s
 enum class rc_meaning {
   answered,         ///< the server answered: ZOK, or a refusal that the caller judges by its code
   unknown_outcome,  ///< ZCONNECTIONLOSS, ZOPERATIONTIMEOUT: it may or may not have been served
-  session_expired,  ///< ZSESSIONEXPIRED, ZINVALIDSTATE: the session (its handle) is over
+  session_expired,  ///< ZSESSIONEXPIRED, ZINVALIDSTATE, UNKNOWNSESSION: the session (its handle) is over
   session_closed    ///< ZCLOSING: the handle is being closed
 };
 
@@ -86,6 +86,8 @@ constexpr rc_meaning meaning_of(int rc) noexcept {
       return rc_meaning::unknown_outcome;
     case -112:  // ZSESSIONEXPIRED
     case -9:    // ZINVALIDSTATE
+    case -12:   // the server's UNKNOWNSESSION (not in the C client's codes): a transaction's
+                // ephemeral create from a session the server is ending
       return rc_meaning::session_expired;
     case -116:  // ZCLOSING
       return rc_meaning::session_closed;

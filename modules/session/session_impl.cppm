@@ -138,6 +138,7 @@ static_assert(meaning_of(ZCONNECTIONLOSS) == rc_meaning::unknown_outcome &&
               meaning_of(ZOPERATIONTIMEOUT) == rc_meaning::unknown_outcome &&
               meaning_of(ZSESSIONEXPIRED) == rc_meaning::session_expired &&
               meaning_of(ZINVALIDSTATE) == rc_meaning::session_expired &&
+              meaning_of(-12) == rc_meaning::session_expired &&  // UNKNOWNSESSION
               meaning_of(ZCLOSING) == rc_meaning::session_closed && meaning_of(ZOK) == rc_meaning::answered);
 
 /// Returns: the parent of the absolute path `path` ("/a/b" -> "/a", "/a" -> "/"), a view of it.

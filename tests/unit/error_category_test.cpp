@@ -48,6 +48,7 @@ TEST(ReturnCodeMeaning, SessionEndsUnknownOutcomesAndAnswers) {
   using zklock::detail::rc_meaning;
   EXPECT_EQ(meaning_of(ZSESSIONEXPIRED), rc_meaning::session_expired);
   EXPECT_EQ(meaning_of(ZINVALIDSTATE), rc_meaning::session_expired) << "every call after an expiry";
+  EXPECT_EQ(meaning_of(-12), rc_meaning::session_expired) << "UNKNOWNSESSION: a transaction of an ending session";
   EXPECT_EQ(meaning_of(ZCLOSING), rc_meaning::session_closed);
   EXPECT_EQ(meaning_of(ZCONNECTIONLOSS), rc_meaning::unknown_outcome);
   EXPECT_EQ(meaning_of(ZOPERATIONTIMEOUT), rc_meaning::unknown_outcome) << "a stalled server";
