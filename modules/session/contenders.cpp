@@ -316,8 +316,9 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     }
     return q;
   }
-  const bool unknown = unknown_outcome(create_rc) || create_rc == ZSYSTEMERROR || create_rc == ZINVALIDSTATE ||
-                       create_rc == ZCLOSING;
+  // Not the server's answer (a lost connection, an ending session or handle: e.g. UNKNOWNSESSION for
+  // a transaction of a session the server is ending), or our own failure: the create may be done.
+  const bool unknown = meaning_of(create_rc) != rc_meaning::answered || create_rc == ZSYSTEMERROR;
   if (probe && !unknown) {
     probe->refused(lock_path, create_rc, what);  // returns if the lock node is missing
     s.fresh_paths.store(true, std::memory_order_relaxed);
