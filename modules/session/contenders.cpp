@@ -106,6 +106,14 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
 
 namespace {
 
+/// Throws: errc::no_auth: the ACL of `lock_path` would not let this session delete its contender
+/// node again (`whom`: for which identities zklock judged it, or empty where the server did).
+[[noreturn]] void refuse_undeletable(const std::string& lock_path, std::string_view whom) {
+  throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
+                                 " does not let this session delete its contender node again (needs DELETE "
+                                 "permission on " + lock_path + std::string{whom} + "): refusing to queue there");
+}
+
 /// The one-request path's ACL check (the pipelined one is the ACL probe, below).
 /// Effects: once per session and lock path, reads the lock node's ACL and refuses to queue there
 /// if it would not let this session delete its contender node again (ZooKeeper checks DELETE on
@@ -130,11 +138,7 @@ std::optional<bool> check_deletable(session_impl& s, const std::string& lock_pat
     for (const auth_info& a : s.opts.auth)  // or as one of our digest users
       if (!may_delete && a.scheme == "digest" && a.credential.find(':') != std::string::npos)
         may_delete = acl_may_delete(entries, digest_identity(a.credential));
-    if (!may_delete)
-      throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
-                                     " does not let this session delete its contender node again (needs DELETE "
-                                     "permission on " + lock_path +
-                                     " for world:anyone or one of our digest users): refusing to queue there");
+    if (!may_delete) refuse_undeletable(lock_path, " for world:anyone or one of our digest users");
   } else if (*rc != ZNONODE) {
     fail(*rc, what);
   }
@@ -196,11 +200,7 @@ struct acl_probe {
   void refused(const std::string& lock_path, int rc, const call_name& what) const {
     const int first = results[create_ours].err;  // ops after the failed one say ZRUNTIMEINCONSISTENCY
     if (first == ZNONODE) return;
-    if (results[delete_probe].err == ZNOAUTH)
-      throw_error(errc::no_auth, "zklock: the ACL of " + lock_path +
-                                     " does not let this session delete its contender node again (needs DELETE "
-                                     "permission on " + lock_path +
-                                     "): refusing to queue there");
+    if (results[delete_probe].err == ZNOAUTH) refuse_undeletable(lock_path, "");
     const call_name creating{"zklock: creating a contender under ", lock_path, "CREATE", lock_path};
     if (first != ZOK && first != ZRUNTIMEINCONSISTENCY) fail(first, creating);
     fail(rc, what);
