@@ -770,7 +770,7 @@ void release_then_queue_again_behind_a_blackhole(again how) {
   zkt::create_path(marker_path);
   // Long enough that the client keeps its blackholed connection (it gives it up after two thirds of
   // the timeout without an answer) until the marker's create is on it, even on a loaded machine.
-  const auto timeout = scaled(15000ms);
+  const auto timeout = scaled(30000ms);
   auto o = opts(proxy.connect(), timeout);
   o.background_release = true;
   o.loss_tolerance = timeout;
@@ -793,7 +793,7 @@ void release_then_queue_again_behind_a_blackhole(again how) {
 
   ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
   m.unlock();  // in the background: the delete waits in the proxy, unanswered
-  const auto until = steady_clock::now() + scaled(30s);
+  const auto until = steady_clock::now() + scaled(15s);  // well before the client gives up (20 s)
   while (proxy.command("held 2") != "ok 1" && steady_clock::now() < until)
     std::this_thread::sleep_for(2ms);  // polling the proxy for the delete's arrival
   ASSERT_EQ(proxy.command("held 2"), "ok 1") << "the release's delete never reached the proxy";
@@ -808,12 +808,27 @@ void release_then_queue_again_behind_a_blackhole(again how) {
       ASSERT_EQ(done.wait_for(scaled(30s)), std::future_status::ready);
       EXPECT_EQ(done.get(), make_error_code(zklock::errc::lock_timeout));
     }
+    const auto marker_started = steady_clock::now();
     auto marked = lock_async(marker);  // its create follows anything the try sent
     std::vector<std::string> creates;
     while (under(creates = held_creates(proxy), marker_path) == 0 && steady_clock::now() < until)
       std::this_thread::sleep_for(2ms);  // polling the proxy for the marker's arrival
+    // What the proxy and the session saw, should the marker's create not have arrived.
+    std::string seen = "after " + std::to_string((steady_clock::now() - marker_started) / 1ms) +
+                       " ms: the proxy holds " + proxy.command("held 15") + " create2, " +
+                       proxy.command("held 14") + " multi, " + proxy.command("held 1") + " create, " +
+                       proxy.command("held 11") + " ping; new connections waiting: " +
+                       proxy.command("waiting") + "; session state " +
+                       std::to_string(static_cast<int>(s.state())) + "; the marker's lock() ";
+    if (marked.wait_for(0s) != std::future_status::ready) {
+      seen += "is still waiting";
+    } else {
+      const grant g = marked.get();
+      seen += g.held ? "returned holding" : "failed: " + g.error;
+      marked = std::async(std::launch::deferred, [g] { return g; });
+    }
     EXPECT_EQ(proxy.command("heal"), "ok normal");
-    ASSERT_EQ(under(creates, marker_path), 1) << "the marker's create never reached the proxy";
+    ASSERT_EQ(under(creates, marker_path), 1) << "the marker's create never reached the proxy (" << seen << ")";
     EXPECT_EQ(under(creates, path), 0) << "the try created its node before the release's delete was answered";
     ASSERT_EQ(marked.wait_for(scaled(30s)), std::future_status::ready);
     ASSERT_TRUE(marked.get().held);
