@@ -2,7 +2,7 @@
 // async_floor — the floor of `bench/scale --mode async` (issue 25): one session's acquires with
 // every request in flight together, on the bare ZooKeeper C client (no lock library).
 //
-//   async_floor --zk HOST:PORT [--async-waiters 1000] [--async-paths 10000]
+//   async_floor --zk HOST:PORT [--async-waiters 1000] [--async-paths 10000] [--requests floor|zklock]
 //   async_floor --zk HOST:PORT --warm-up K      (a neutral server warm-up; leaves no node behind)
 //
 // The flags are scale's, so that a runner gives both the same N (bench/async-scale does). Every
@@ -25,6 +25,11 @@
 //    (b) queued behind holders: a second session sends, per path, a contender's create and a
 //        listing, then the exists watch on the holder; fill_ms: from the first send until the last
 //        exists reply; queued_s = paths per second over it.
+// With --requests zklock, each acquire sends zklock's requests instead of the protocol's minimum
+// (what zklock's own protocol costs the server and the client, apart from the library): a first
+// acquire in the session creates its contender by the ACL probe's transaction (create ours, create,
+// stamp and delete a probe), and a waiter arms its own node's exists watch right before the one on
+// the contender ahead (a holder arms it after its listing, as the hold's loss watch).
 // The field names are scale's where they measure the same thing (pending, issue_ms, fill_ms,
 // holders_granted_s), so a script pairs each of zklock's figures with its floor by scenario and
 // field. One JSON object per line on stdout, "lib":"async-floor"; exit 1 if any reply was not
@@ -130,6 +135,11 @@ struct contender {
   std::string watched;    // the full path the exists watch is on
   std::size_t listing_bytes = 0;
   int replies_left = 0;
+  // --requests zklock: the ACL probe's transaction (its results and the stamp's stat)
+  zoo_op_t ops[4];
+  zoo_op_result_t results[4];
+  struct Stat stamp {};
+  char name[512] = {};
 
   void reply(int n = 1) {
     if ((replies_left -= n) == 0) t->done();
@@ -138,6 +148,55 @@ struct contender {
     t->unexpected(std::string{what} + " " + lock_path + ": " + ::zerror(rc));
   }
 };
+
+bool g_zklock_requests = false;  // --requests zklock
+
+/// Returns: the "lib" of the JSON lines: async-floor, or async-floor-zklock-requests.
+const char* lib_name() { return g_zklock_requests ? "async-floor-zklock-requests" : "async-floor"; }
+
+extern "C" void on_probed(int rc, const void* data) {
+  auto* c = static_cast<contender*>(const_cast<void*>(data));
+  if (rc == ZOK) c->created = std::string_view{c->name}.substr(c->lock_path.size() + 1);
+  else c->unexpected("creating a contender (with the ACL probe) under", rc);
+  c->reply();
+}
+
+/// Sends the contender's create: a plain one, or (--requests zklock, a path's first acquire in the
+/// session) zklock's ACL probe transaction.
+void send_create(contender& c, string_stat_completion_t plain, bool first_in_session) {
+  if (!g_zklock_requests || !first_in_session) {
+    const int rc = ::zoo_acreate2(c.zh, c.prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                                  plain, &c);
+    if (rc != ZOK) throw std::runtime_error(std::string{"cannot send a create: "} + ::zerror(rc));
+    return;
+  }
+  const char* path = c.prefix.c_str();
+  zoo_create_op_init(&c.ops[0], path, nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, c.name,
+                     static_cast<int>(sizeof c.name));
+  zoo_create_op_init(&c.ops[1], path, nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
+  zoo_set_op_init(&c.ops[2], path, nullptr, -1, -1, &c.stamp);
+  zoo_delete_op_init(&c.ops[3], path, -1);
+  const int rc = ::zoo_amulti(c.zh, 4, c.ops, c.results, on_probed, &c);
+  if (rc != ZOK) throw std::runtime_error(std::string{"cannot send a transaction: "} + ::zerror(rc));
+}
+
+extern "C" void on_own_event(zhandle_t*, int, int, const char*, void*) {}  // nobody deletes ours
+
+extern "C" void on_own_exists(int rc, const struct Stat*, const void* data) {
+  auto* c = static_cast<contender*>(const_cast<void*>(data));
+  if (rc != ZOK) c->unexpected("watching our own node under", rc);
+  c->reply();
+}
+
+/// --requests zklock: arms the exists watch on our own node (one more reply to wait for).
+void send_own_watch(contender& c) {
+  ++c.replies_left;
+  const std::string own = c.lock_path + "/" + c.created;
+  if (const int rc = ::zoo_awexists(c.zh, own.c_str(), on_own_event, nullptr, on_own_exists, &c); rc != ZOK) {
+    c.unexpected("sending our own node's exists watch under", rc);
+    c.reply();
+  }
+}
 
 extern "C" void on_container(int rc, const char*, const struct Stat*, const void* data) {
   auto* c = static_cast<contender*>(const_cast<void*>(data));
@@ -177,6 +236,7 @@ extern "C" void on_listed_first(int rc, const String_vector* kids, const struct 
   else if (kids->count != 1 || c->created != kids->data[0])
     c->t->unexpected("a free path's listing shows others: " + c->lock_path);
   else c->listing_bytes = just_ahead(kids, c->created).second;
+  if (rc == ZOK && g_zklock_requests) send_own_watch(*c);  // the hold's loss watch
   c->reply();
 }
 
@@ -206,6 +266,7 @@ extern "C" void on_listed_queued(int rc, const String_vector* kids, const struct
     c->reply(2);
     return;
   }
+  if (g_zklock_requests) send_own_watch(*c);  // first: it proves our node stands at a grant
   c->watched = c->lock_path + "/" + ahead;
   if (const int src = ::zoo_awexists(c->zh, c->watched.c_str(), on_predecessor_event, nullptr, on_exists, c);
       src != ZOK) {
@@ -226,16 +287,14 @@ void send_first(contender& c) {
   c.replies_left = 3;
   sent(::zoo_acreate2(c.zh, c.lock_path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, on_container, &c),
        "a create");
-  sent(::zoo_acreate2(c.zh, c.prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, on_created, &c),
-       "a create");
+  send_create(c, on_created, true);
   sent(::zoo_aget_children2(c.zh, c.lock_path.c_str(), 0, on_listed_first, &c), "a listing");
 }
 
 /// Sends a queued acquire: contender and listing back to back (the exists follows the listing).
-void send_queued(contender& c) {
+void send_queued(contender& c, bool first_in_session) {
   c.replies_left = 3;
-  sent(::zoo_acreate2(c.zh, c.prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, on_created, &c),
-       "a create");
+  send_create(c, on_created, first_in_session);
   sent(::zoo_aget_children2(c.zh, c.lock_path.c_str(), 0, on_listed_queued, &c), "a listing");
 }
 
@@ -289,7 +348,7 @@ void one_path(const config& cfg, const std::string& base) {
   for (std::size_t i = 1; i < n; ++i) cs[i].before = &cs[i - 1];
   const double cpu0 = 1e6 * bare::cpu_seconds();
   const auto t0 = clock_type::now();
-  for (auto& c : cs) send_queued(c);
+  for (auto& c : cs) send_queued(c, false);  // (zklock probes a path once per session: 1 in 1,000, left out)
   const double issue_ms = ms_between(t0, clock_type::now());
   const double fill_ms = ms_between(t0, t.wait(600s));
   const double fill_cpu_us = 1e6 * bare::cpu_seconds() - cpu0;
@@ -299,11 +358,11 @@ void one_path(const config& cfg, const std::string& base) {
     bytes_total += c.listing_bytes;
     bytes_last = std::max(bytes_last, c.listing_bytes);
   }
-  std::printf("{\"lib\":\"async-floor\",\"scenario\":\"async_one_path\",\"pending\":%zu,\"issue_ms\":%.1f,"
-              "\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":3,\"listing_bytes_total\":%zu,"
+  std::printf("{\"lib\":\"%s\",\"scenario\":\"async_one_path\",\"pending\":%zu,\"issue_ms\":%.1f,"
+              "\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":%d,\"listing_bytes_total\":%zu,"
               "\"listing_bytes_longest\":%zu,\"fill_cpu_us_per_acquire\":%.1f,\"errors\":0}\n",
-              n, issue_ms, fill_ms, static_cast<double>(n) / (fill_ms / 1000), bytes_total, bytes_last,
-              fill_cpu_us / static_cast<double>(n));
+              lib_name(), n, issue_ms, fill_ms, static_cast<double>(n) / (fill_ms / 1000), g_zklock_requests ? 4 : 3,
+              bytes_total, bytes_last, fill_cpu_us / static_cast<double>(n));
   std::fflush(stdout);
 }
 
@@ -342,17 +401,18 @@ void many_paths(const config& cfg, const std::string& base) {
   for (std::size_t i = 0; i < n; ++i) waiters[i].expected = holders[i].created;
   const double cpu0 = 1e6 * bare::cpu_seconds();
   const auto t0 = clock_type::now();
-  for (auto& w : waiters) send_queued(w);
+  for (auto& w : waiters) send_queued(w, true);
   const double issue_ms = ms_between(t0, clock_type::now());
   const double fill_ms = ms_between(t0, queued.wait(600s));
   const double fill_cpu_us = 1e6 * bare::cpu_seconds() - cpu0;
   check(queued, "async_many_paths, queued acquires");
-  std::printf("{\"lib\":\"async-floor\",\"scenario\":\"async_many_paths\",\"pending\":%zu,"
-              "\"holders_issue_ms\":%.1f,\"holders_ms\":%.1f,\"holders_granted_s\":%.0f,\"holder_requests_per_path\":3,"
-              "\"issue_ms\":%.1f,\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":3,"
+  const int per = g_zklock_requests ? 4 : 3;
+  std::printf("{\"lib\":\"%s\",\"scenario\":\"async_many_paths\",\"pending\":%zu,"
+              "\"holders_issue_ms\":%.1f,\"holders_ms\":%.1f,\"holders_granted_s\":%.0f,\"holder_requests_per_path\":%d,"
+              "\"issue_ms\":%.1f,\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":%d,"
               "\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,\"errors\":0}\n",
-              n, hold_issue_ms, hold_ms, static_cast<double>(n) / (hold_ms / 1000), issue_ms, fill_ms,
-              static_cast<double>(n) / (fill_ms / 1000), hold_cpu_us / static_cast<double>(n),
+              lib_name(), n, hold_issue_ms, hold_ms, static_cast<double>(n) / (hold_ms / 1000), per, issue_ms, fill_ms,
+              static_cast<double>(n) / (fill_ms / 1000), per, hold_cpu_us / static_cast<double>(n),
               fill_cpu_us / static_cast<double>(n));
   std::fflush(stdout);
 }
@@ -414,6 +474,7 @@ int main(int argc, char** argv) try {
     else if (k == "--async-waiters") cfg.waiters = std::max(1, std::stoi(v));
     else if (k == "--async-paths") cfg.paths = std::max(1, std::stoi(v));
     else if (k == "--warm-up") cfg.warm_up = std::max(1, std::stoi(v));
+    else if (k == "--requests" && (v == "floor" || v == "zklock")) g_zklock_requests = v == "zklock";
     else throw usage_error("unknown flag " + k);
   }
   if (cfg.zk.empty()) throw usage_error("--zk HOST:PORT is required");
@@ -440,6 +501,7 @@ int main(int argc, char** argv) try {
 } catch (const usage_error& e) {
   std::fprintf(stderr,
                "async_floor: %s\nusage: async_floor --zk HOST:PORT [--async-waiters 1000] [--async-paths 10000]\n"
+               "       [--requests floor|zklock]\n"
                "       async_floor --zk HOST:PORT --warm-up K\n",
                e.what());
   return 2;
