@@ -52,6 +52,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include "bare_client.hpp"
+#include "floor_requests.hpp"
 
 namespace {
 
@@ -61,18 +62,6 @@ using bare::handle;
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-/// Returns: a fresh contender prefix as zklock makes one, "_c_<uuid v4>-lock-".
-std::string contender_prefix(std::mt19937_64& rng) {
-  const std::uint64_t hi = rng(), lo = rng();
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "_c_%08llx-%04llx-%04llx-%04llx-%012llx-lock-",
-                static_cast<unsigned long long>(hi >> 32), static_cast<unsigned long long>((hi >> 16) & 0xffff),
-                static_cast<unsigned long long>((hi & 0x0fff) | 0x4000),
-                static_cast<unsigned long long>(((lo >> 48) & 0x3fff) | 0x8000),
-                static_cast<unsigned long long>(lo & 0xffffffffffffULL));
-  return buf;
 }
 
 /// Returns: the sequence number ZooKeeper appended to a contender's name (its last 10 digits).
@@ -171,11 +160,7 @@ void send_create(contender& c, string_stat_completion_t plain, bool first_in_ses
     return;
   }
   const char* path = c.prefix.c_str();
-  zoo_create_op_init(&c.ops[0], path, nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, c.name,
-                     static_cast<int>(sizeof c.name));
-  zoo_create_op_init(&c.ops[1], path, nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, nullptr, 0);
-  zoo_set_op_init(&c.ops[2], path, nullptr, -1, -1, &c.stamp);
-  zoo_delete_op_init(&c.ops[3], path, -1);
+  bare::acl_probe_ops(c.ops, path, c.name, static_cast<int>(sizeof c.name), &c.stamp);
   const int rc = ::zoo_amulti(c.zh, 4, c.ops, c.results, on_probed, &c);
   if (rc != ZOK) throw std::runtime_error(std::string{"cannot send a transaction: "} + ::zerror(rc));
 }
@@ -330,7 +315,7 @@ void one_path(const config& cfg, const std::string& base) {
   handle holder_s{cfg.zk}, s{cfg.zk};
   create_container(holder_s.zh, lock_path);
   char holder[512] = {};
-  const std::string holder_prefix = lock_path + "/" + contender_prefix(g_rng);
+  const std::string holder_prefix = lock_path + "/" + bare::contender_prefix(g_rng);
   if (const int rc = ::zoo_create(holder_s.zh, holder_prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,
                                   ZOO_EPHEMERAL_SEQUENTIAL, holder, sizeof holder);
       rc != ZOK)
@@ -339,7 +324,7 @@ void one_path(const config& cfg, const std::string& base) {
     c.zh = s.zh;
     c.t = &t;
     c.lock_path = lock_path;
-    c.prefix = lock_path + "/" + contender_prefix(g_rng);
+    c.prefix = lock_path + "/" + bare::contender_prefix(g_rng);
   }
   // Just ahead of contender i: contender i-1 (the server runs a session's requests in the order
   // sent); of the first: the holder. A listing's reply comes after the create replies of every
@@ -380,12 +365,12 @@ void many_paths(const config& cfg, const std::string& base) {
     h.zh = holder_s.zh;
     h.t = &held;
     h.lock_path = dir + "/p" + std::to_string(i);
-    h.prefix = h.lock_path + "/" + contender_prefix(g_rng);
+    h.prefix = h.lock_path + "/" + bare::contender_prefix(g_rng);
     auto& w = waiters[i];
     w.zh = s.zh;
     w.t = &queued;
     w.lock_path = h.lock_path;
-    w.prefix = w.lock_path + "/" + contender_prefix(g_rng);
+    w.prefix = w.lock_path + "/" + bare::contender_prefix(g_rng);
   }
 
   // (a) first acquires of free paths
@@ -432,7 +417,7 @@ void warm_up(const config& cfg, const std::string& base) {
     c.zh = s.zh;
     c.t = &t;
     c.lock_path = base + "/w" + std::to_string(i);
-    c.prefix = c.lock_path + "/" + contender_prefix(g_rng);
+    c.prefix = c.lock_path + "/" + bare::contender_prefix(g_rng);
     send_first(c);
   }
   t.wait(600s);
