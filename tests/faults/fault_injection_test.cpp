@@ -781,15 +781,24 @@ void release_then_queue_again_behind_a_blackhole(again how) {
   zklock::session holder_s{opts(zk.connect(), timeout)};
   bounded_mutex holder{holder_s, path};
 
+  const auto measuring_since = steady_clock::now();  // before this session's first read
   marker.lock();  // its first use asks the server more than a create: get that done now
   marker.unlock();
   holder.lock();
   auto waiter = lock_async(m);  // contended: its grant comes after a wait
+  // Its node is there, and it watches: it listed the holder ahead and waits. (Its node alone is not
+  // enough: on a loaded server its listing may come after the holder's release, and then it holds
+  // without a wait, and its release does not settle.)
   ASSERT_TRUE(zkt::await_children(path, 2));
+  ASSERT_TRUE(zkt::await_watch(path, s)) << "the waiter never watched";
   holder.unlock();
   ASSERT_EQ(waiter.wait_for(scaled(30s)), std::future_status::ready);
-  ASSERT_TRUE(waiter.get().held);
-  std::this_thread::sleep_for(100ms);  // the hold itself: far longer than a loopback round trip
+  const grant granted = waiter.get();
+  ASSERT_TRUE(granted.held);
+  // The hold itself. The session settles only after a hold at least as long as its measured round
+  // trip (settle_before_requeue), and every read it measured so far came after measuring_since: on
+  // a loaded machine one can take far longer than a loopback round trip, never longer than that.
+  std::this_thread::sleep_for(std::max<steady_clock::duration>(100ms, granted.at - measuring_since));
 
   ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
   m.unlock();  // in the background: the delete waits in the proxy, unanswered
@@ -801,11 +810,14 @@ void release_then_queue_again_behind_a_blackhole(again how) {
     if (how == again::far_blocking) {
       EXPECT_FALSE(m.try_lock_for(scaled(300ms))) << "granted while the session's bytes were held";
     } else {  // the asynchronous acquire waits for the release the same way
-      std::promise<std::error_code> outcome;
+      // (shared: a completion that comes after a failed assertion must not reach a dead promise)
+      auto outcome = std::make_shared<std::promise<std::error_code>>();
       m.async_lock(zklock::wait_context{steady_clock::now() + scaled(300ms)},
-                   [&outcome](std::error_code ec, zklock::lock_hold) { outcome.set_value(ec); });
-      auto done = outcome.get_future();
-      ASSERT_EQ(done.wait_for(scaled(30s)), std::future_status::ready);
+                   [outcome](std::error_code ec, zklock::lock_hold) { outcome->set_value(ec); });
+      auto done = outcome->get_future();
+      ASSERT_EQ(done.wait_for(scaled(30s)), std::future_status::ready)
+          << "the acquire's deadline passed long ago (the proxy holds " << proxy.command("held 15")
+          << " create2 of this session)";
       EXPECT_EQ(done.get(), make_error_code(zklock::errc::lock_timeout));
     }
     const auto marker_started = steady_clock::now();
