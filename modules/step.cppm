@@ -20,7 +20,10 @@
 // own). A step thread is started when a step is posted and none is idle, up to max_step_threads;
 // they end with the runner. A reply resumes its parked step on the ZooKeeper client's completion
 // thread, until the step parks again or ends (as a bare client's callback sends its next request
-// there); a watch only posts the coroutine to resume. ZooKeeper's I/O thread runs none of it.
+// there); a watch resumes its acquire there too, on a free fiber; and a fiber whose step ended there
+// takes the next step waiting for a fiber at once. So a step costs no thread switch of its own while
+// replies and watch events come; a step thread takes what the completion thread cannot (a step
+// posted from elsewhere, no free fiber, a timer's wake-up). ZooKeeper's I/O thread runs none of it.
 module;
 #include <atomic>
 #include <chrono>
@@ -149,6 +152,20 @@ void fiber_wake(fiber& f, std::uint64_t ticket, bool here = false) noexcept;
 /// (time_point::max(): no timer). Returns on the step thread that resumes it.
 void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
 
+/// While one lives on a thread that runs no fiber, a wait resumed there (resume_waiter::wake) runs
+/// its step at once on this thread, on a free fiber, instead of queueing it for a step thread. For
+/// the ZooKeeper client's completion thread, in a watch's callback. Not copyable.
+class steps_here {
+ public:
+  steps_here() noexcept;
+  ~steps_here();
+  steps_here(const steps_here&) = delete;
+  steps_here& operator=(const steps_here&) = delete;
+
+ private:
+  bool was_;
+};
+
 /// The order in which a session's asynchronous acquires of one lock path send their creates: the
 /// order they were started in (so a lock object's acquires queue as they were called), while
 /// everything else they send, and the acquires of other paths, go at once. Thread-safe.
@@ -197,6 +214,9 @@ class async_runner {
   /// and fewer than max_step_threads run). Posts start in the order posted, several at once.
   void post(std::coroutine_handle<> h);
   void post(std::function<void()> f);
+  /// Effects: as post(h), but runs `h` at once on this thread (on a free fiber, until it parks or
+  /// ends) when a steps_here lives on it, no fiber runs here and no step waits for a fiber.
+  void resume_here(std::coroutine_handle<> h);
   /// Effects: runs `f` on `ex` if given, else on the completion thread; then counts one acquire
   /// finished (begin_acquire). Never throws once `f` is handed over.
   void complete(const std::function<void(std::function<void()>)>& ex, std::function<void()> f);
@@ -231,12 +251,30 @@ class async_runner {
   friend class resume_waiter;
   friend void fiber_wake(fiber& f, std::uint64_t ticket, bool here) noexcept;
   friend void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
+
+/// While one lives on a thread that runs no fiber, a wait resumed there (resume_waiter::wake) runs
+/// its step at once on this thread, on a free fiber, instead of queueing it for a step thread. For
+/// the ZooKeeper client's completion thread, in a watch's callback. Not copyable.
+class steps_here {
+ public:
+  steps_here() noexcept;
+  ~steps_here();
+  steps_here(const steps_here&) = delete;
+  steps_here& operator=(const steps_here&) = delete;
+
+ private:
+  bool was_;
+};
   /// Effects: queues the parked (or parking) fiber `f` to be resumed by a step thread. Never throws.
   void post_ready(fiber* f) noexcept;
   /// Effects: fiber_wake(f, ticket) at `at` (by the timer thread).
   void add_fiber_timer(clock::time_point at, fiber* f, std::uint64_t ticket);
-  /// Effects: runs `f` on this step thread until it parks or ends its step (mu_ not held).
+  /// Effects: runs `f` on this thread until it parks or ends its step (mu_ not held); when its step
+  /// ends and a step waits for a fiber (and no woken one for a step thread), runs that one on it
+  /// next, a few times at most.
   void run_fiber(fiber* f) noexcept;
+  /// Effects: runs `f` on this thread until it parks or ends its step. Returns: whether it ended it.
+  bool enter(fiber* f) noexcept;
   using timer_key = std::pair<clock::time_point, std::uint64_t>;
   timer_key add_timer(clock::time_point at, std::weak_ptr<resume_waiter> w);
   void cancel_timer(const timer_key& k) noexcept;

@@ -158,6 +158,9 @@ namespace {
 thread_local const async_runner* t_runner = nullptr;
 thread_local bool t_completion = false;
 thread_local fiber* t_fiber = nullptr;
+thread_local bool t_steps_here = false;  // a steps_here lives on this thread
+/// How many steps a fiber runs one after another on a thread that is not a step thread.
+constexpr int max_chained = 8;
 
 /// The calling thread's exceptions in flight. Not inlined (with a compiler barrier): a fiber may
 /// resume on another thread, and the address of a thread's variable must not be kept across that.
@@ -312,7 +315,11 @@ void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_
   switch_out(f);
 }
 
-void async_runner::run_fiber(fiber* f) noexcept {
+steps_here::steps_here() noexcept : was_(std::exchange(t_steps_here, true)) {}
+
+steps_here::~steps_here() { t_steps_here = was_; }
+
+bool async_runner::enter(fiber* f) noexcept {
   // A fiber woken while still parking is resumed once its old thread has left it.
   while (f->running.load(std::memory_order_acquire)) std::this_thread::yield();
   f->running.store(true, std::memory_order_relaxed);
@@ -350,18 +357,51 @@ void async_runner::run_fiber(fiber* f) noexcept {
   *eh = mine;
   const bool done = f->task_done;
   f->task_done = false;
-  if (done) {
+  return done;
+}
+
+void async_runner::run_fiber(fiber* f) noexcept {
+  // A fiber whose step ends here takes a step waiting for a fiber next, on this thread (no step
+  // thread is woken for it), a few at most: this may be the client's completion thread.
+  for (int chained = 0; enter(f); ++chained) {
     f->running.store(false, std::memory_order_relaxed);
     bool wanted;
     {
       std::lock_guard lk{mu_};
+      if (!stopping_ && !tasks_.empty() && ready_.empty() && chained < max_chained) {
+        f->task = std::move(tasks_.front());
+        tasks_.pop_front();
+        continue;
+      }
       free_fibers_.push_back(f);
       wanted = !tasks_.empty() && idle_ != 0;  // a step waits for a fiber (max_fibers)
     }
     if (wanted) cv_.notify_one();
-  } else {
-    f->running.store(false, std::memory_order_release);  // from here a wake-up may resume it anywhere
+    return;
   }
+  f->running.store(false, std::memory_order_release);  // from here a wake-up may resume it anywhere
+}
+
+void async_runner::resume_here(std::coroutine_handle<> h) {
+  fiber* f = nullptr;
+  if (t_steps_here && !this_fiber()) {
+    std::lock_guard lk{mu_};
+    if (!stopping_ && tasks_.empty() && !free_fibers_.empty()) {
+      f = free_fibers_.back();
+      free_fibers_.pop_back();
+    }
+  }
+  if (!f) return post(h);
+  try {
+    f->task = [h] { h.resume(); };
+  } catch (...) {
+    {
+      std::lock_guard lk{mu_};
+      free_fibers_.push_back(f);
+    }
+    throw;
+  }
+  run_fiber(f);
 }
 
 void async_runner::post_ready(fiber* f) noexcept {
@@ -743,7 +783,7 @@ void resume_waiter::wake() noexcept {
   }
   r_->untrack(this);
   try {
-    r_->post(h);
+    r_->resume_here(h);  // at once on a watch's callback (steps_here), else on a step thread
   } catch (...) {  // allocation failure: nothing else can resume it
     std::terminate();
   }

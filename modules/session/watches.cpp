@@ -49,6 +49,7 @@ extern "C" void node_watcher(zhandle_t* zh, int type, int state, const char*, vo
   const auto* h = static_cast<const handle_ctx*>(zoo_get_context(zh));
   if (!h) return;
   auto woken = h->impl->watches.take(reinterpret_cast<std::uintptr_t>(ctx));
+  const steps_here here;  // the acquires it wakes take their next step on this thread, as a reply's
   if (type != ZOO_DELETED_EVENT) {
     woken.wake_all();
     return;
