@@ -334,7 +334,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
   // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
   std::optional<attempt<Wakeup>> attempted;
-  std::optional<std::vector<std::string>> listing;
+  std::optional<name_list> listing;
   {
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,

@@ -160,7 +160,7 @@ bool wait_until_free(session& s, std::string_view path_in, const wait_context& w
                      const std::function<void(std::size_t)>& on_busy) {
   const std::string path = detail::checked_path(std::string{path_in});
   constexpr unsigned all_kinds = 0xf;
-  using listing_type = std::optional<std::vector<std::string>>;
+  using listing_type = std::optional<detail::name_list>;
   return each_listing(s, path, wc, wc.deadline, [&](const listing_type& listing, bool) -> std::optional<bool> {
     if (!listing) return false;  // the deadline passed (a missing node is free: no contenders)
     const std::size_t n = detail::sorted_contenders(*listing, all_kinds).size();
@@ -220,7 +220,7 @@ namespace {
 /// judged by each side's rule, each holder with its hold record; `leases()` gives the stored lease
 /// count (called only if there are leases).
 template <class Leases>
-std::vector<contender_info> queue_of(session& s, const std::string& path, const std::vector<std::string>& listing,
+std::vector<contender_info> queue_of(session& s, const std::string& path, const detail::name_list& listing,
                                      Leases leases) {
   constexpr unsigned all_kinds = 0xf;
   std::vector<detail::contender> present;
@@ -240,8 +240,8 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
   }
 
   // States, by each side's rule among the contenders still there.
-  std::vector<std::string> names;
-  for (const auto& c : present) names.emplace_back(c.name);
+  detail::name_list names;
+  for (const auto& c : present) names.push_back(c.name);
   auto judge = [&](unsigned kinds, auto&& held) {
     const auto queue = detail::sorted_contenders(names, kinds);
     for (std::size_t i = 0; i < queue.size(); ++i)
@@ -268,33 +268,33 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
   for (std::size_t i = 0; i < out.size(); ++i) out[i].position = i;
 
   // The holders' hold records (zklock exec stores one per hold; others store none).
-  for (const auto& name : listing) {
+  for (const std::string_view name : listing) {
     const auto token = record_token(name);
     if (!token) continue;
     const auto holder = std::find_if(out.begin(), out.end(), [&](const contender_info& c) {
       return c.token == *token && c.state == contender_state::holder;
     });
     if (holder == out.end()) continue;
-    if (const auto info = detail::read_node(s, path + "/" + name)) holder->record = parse_record(info->data);
+    if (const auto info = detail::read_node(s, (path + "/").append(name))) holder->record = parse_record(info->data);
   }
   return out;
 }
 
 /// Returns: the children of `path` (none if it is missing). Throws: operation_timeout if the
 /// connection stays down for connect_timeout; as list_children.
-std::vector<std::string> children_of(session& s, const std::string& path) {
+detail::name_list children_of(session& s, const std::string& path) {
   auto listing = detail::list_children(s, path, nullptr, detail::clock::now() + s.options().connect_timeout);
   if (!listing) detail::throw_error(errc::operation_timeout, "zklock: listing " + path);
   return std::move(*listing);
 }
 
 /// Returns: the lock node `path`, whose data is `data`, with its children `listing`.
-lock_listing listing_of(session& s, const std::string& path, std::string_view data, const std::vector<std::string>& listing) {
+lock_listing listing_of(session& s, const std::string& path, std::string_view data, const detail::name_list& listing) {
   lock_listing out;
   out.path = path;
   out.leases = leases_in(data);
   out.contenders = queue_of(s, path, listing, [&] { return out.leases; });
-  for (const auto& name : listing)
+  for (const std::string_view name : listing)
     if (!detail::parse_contender(name) && !record_token(name)) ++out.other_children;
   return out;
 }
@@ -304,11 +304,12 @@ lock_listing listing_of(session& s, const std::string& path, std::string_view da
 bool collect_locks(session& s, const std::string& path, std::vector<lock_listing>& out) {
   const auto info = detail::read_node(s, path);
   if (!info) return false;
-  auto listing = children_of(s, path);
-  std::sort(listing.begin(), listing.end());
+  const auto listing = children_of(s, path);
   auto here = listing_of(s, path, info->data, listing);
   if (!here.contenders.empty() || here.leases) out.push_back(std::move(here));
-  for (const auto& name : listing) {
+  auto names = listing.strings();
+  std::sort(names.begin(), names.end());  // below it in name order
+  for (const auto& name : names) {
     if (detail::parse_contender(name) || record_token(name)) continue;  // (ephemeral: no children)
     const std::string child = path == "/" ? "/" + name : path + "/" + name;
     if (child == "/zookeeper") continue;  // the server's own
@@ -344,7 +345,7 @@ bool watch_contenders(session& s, std::string_view path_in, const wait_context& 
   // Each listing within connect_timeout, as contenders(): a caller's stop is never stuck behind a
   // listing that waits for the connection.
   const auto limit = [&] { return std::min(wc.deadline, detail::clock::now() + s.options().connect_timeout); };
-  using listing_type = std::optional<std::vector<std::string>>;
+  using listing_type = std::optional<detail::name_list>;
   return each_listing(s, path, wc, limit, [&](const listing_type& listing, bool missing) -> std::optional<bool> {
     if (!listing || missing) return false;  // the deadline passed, or no node to watch
     if (!on_change(queue_of(s, path, *listing, [&] { return stored_leases(s, path); }))) return true;

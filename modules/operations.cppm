@@ -51,7 +51,7 @@ struct held_node {
 /// A contender node and, when it came with it, the listing of its lock node.
 struct queued_node {
   held_node node;                                   ///< our new contender node
-  std::optional<std::vector<std::string>> listing;  ///< nullopt: list again
+  std::optional<name_list> listing;                 ///< nullopt: list again
   std::int32_t lock_data_length = 0;                ///< the lock node's data length, with the listing
 };
 
@@ -90,9 +90,9 @@ std::optional<queued_node> create_and_list(session& s, const std::string& lock_p
 /// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`
 /// passed.
 /// Throws: std::system_error: session_expired, session_closed, or the server's refusal, naming `path`.
-std::optional<std::vector<std::string>> list_children(session& s, const std::string& path,
-                                                      const std::shared_ptr<wake_target>& watcher,
-                                                      clock::time_point deadline, bool* missing = nullptr);
+std::optional<name_list> list_children(session& s, const std::string& path,
+                                       const std::shared_ptr<wake_target>& watcher, clock::time_point deadline,
+                                       bool* missing = nullptr);
 
 /// What a node watch found.
 enum class node_seen {

@@ -91,14 +91,13 @@ std::optional<contender> parse_contender(std::string_view name) {
   return contender{name, p->second, p->first};
 }
 
-std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
-                                         unsigned* present) {
+std::vector<contender> sorted_contenders(const name_list& children, unsigned kinds, unsigned* present) {
   // One pass: every name is parsed once and viewed, not copied (a listing of a long queue is long:
   // this runs on every wake-up of a waiter that is not second in line).
   std::vector<contender> out;
   out.reserve(children.size());
   unsigned seen = 0;
-  for (const auto& n : children) {
+  for (const std::string_view n : children) {
     const auto p = parse_name(n);
     if (!p) continue;
     const unsigned bit = 1u << static_cast<unsigned>(p->first);

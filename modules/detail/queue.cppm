@@ -3,7 +3,10 @@
 // sequence number, and the queue order of a listing (serial-number arithmetic, right across the
 // 32-bit wrap). Pure functions (defined in modules/detail/detail.cpp), unit-tested without a server.
 module;
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,12 +39,84 @@ constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
   return static_cast<std::int32_t>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b)) < 0;
 }
 
+/// A listing's child names, all in one buffer: two allocations for a listing, not one per name (a
+/// long queue's listing is read on every wake-up of a waiter behind it). A name views the buffer,
+/// which a move keeps where it is. Iterates as std::string_view.
+class name_list {
+ public:
+  /// Effects: no names.
+  name_list() = default;
+  /// Effects: `names`, in order. Throws: std::bad_alloc.
+  name_list(std::initializer_list<std::string_view> names) {
+    for (const auto n : names) push_back(n);
+  }
+  /// Effects: makes room for `count` names of `bytes` characters in all. Throws: std::bad_alloc.
+  void reserve(std::size_t count, std::size_t bytes) {
+    ends_.reserve(count);
+    text_.reserve(bytes);
+  }
+  /// Effects: appends `name` (a name viewed before may move if the buffer grows past what reserve
+  /// made room for). Throws: std::bad_alloc.
+  void push_back(std::string_view name) {
+    text_.insert(text_.end(), name.begin(), name.end());
+    ends_.push_back(text_.size());
+  }
+  /// Returns: how many names it holds.
+  std::size_t size() const noexcept { return ends_.size(); }
+  /// Returns: whether it holds none.
+  bool empty() const noexcept { return ends_.empty(); }
+  /// Returns: the name at `i` (< size()).
+  std::string_view operator[](std::size_t i) const noexcept {
+    const std::size_t from = i == 0 ? 0 : ends_[i - 1];
+    return {text_.data() + from, ends_[i] - from};
+  }
+  /// Returns: the names as strings. Throws: std::bad_alloc.
+  std::vector<std::string> strings() const {
+    std::vector<std::string> out;
+    out.reserve(size());
+    for (std::size_t i = 0; i < size(); ++i) out.emplace_back((*this)[i]);
+    return out;
+  }
+
+  /// A forward iterator over the names (as std::string_view).
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = std::string_view;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = std::string_view;
+    iterator() = default;
+    iterator(const name_list* l, std::size_t i) noexcept : l_(l), i_(i) {}
+    std::string_view operator*() const noexcept { return (*l_)[i_]; }
+    iterator& operator++() noexcept {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) noexcept {
+      iterator was = *this;
+      ++i_;
+      return was;
+    }
+    bool operator==(const iterator& o) const noexcept { return i_ == o.i_; }
+
+   private:
+    const name_list* l_ = nullptr;
+    std::size_t i_ = 0;
+  };
+  iterator begin() const noexcept { return {this, 0}; }
+  iterator end() const noexcept { return {this, size()}; }
+
+ private:
+  std::vector<char> text_;          // the names, back to back
+  std::vector<std::size_t> ends_;   // where each ends in text_
+};
+
 /// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
 /// queue order. `present`, if given, receives the kinds of every contender among the children
 /// (wanted or not), so that a caller sees nodes that do not belong under its path. The contenders'
 /// names view `children`'s: keep it while they are used.
-std::vector<contender> sorted_contenders(const std::vector<std::string>& children, unsigned kinds,
-                                         unsigned* present = nullptr);
+std::vector<contender> sorted_contenders(const name_list& children, unsigned kinds, unsigned* present = nullptr);
 
 /// Returns: a fresh random id, formatted like a Java UUID (8-4-4-4-12 lowercase hex).
 std::string random_uuid();

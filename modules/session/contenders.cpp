@@ -351,7 +351,7 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
       if (!rc) return give_up();
       std::string found;
       if (*rc == ZOK) {
-        for (const std::string& kid : kids.names)
+        for (const std::string_view kid : kids.names)
           if (kid.starts_with(prefix)) found = kid;
       } else if (*rc != ZNONODE) {
         // We cannot look (e.g. NOAUTH on reading the lock node): a node of ours may exist. The

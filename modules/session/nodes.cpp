@@ -40,7 +40,7 @@ std::string what_node_is(session_impl& s, const std::string& path, std::uint64_t
   const auto rc = s.call(deadline, g, listing, &kids, [&](zhandle_t* zh, const void* d) {
     return zoo_aget_children(zh, path.c_str(), 0, &reply_to::on_names, d);
   });
-  std::vector<std::string> names;
+  name_list names;
   if (rc && *rc == ZOK) names = std::move(kids.names);
   if (const auto n = sorted_contenders(names, lock_kinds).size(); n != 0)
     return "it is a lock's path (" + std::to_string(n) + (n == 1 ? " contender" : " contenders") + " queued)";

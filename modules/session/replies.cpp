@@ -16,6 +16,9 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <cstring>
+#include <algorithm>
 #include <shared_mutex>
 #include <stop_token>
 #include <string>
@@ -79,6 +82,15 @@ void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
   if (parked) fiber_wake(*parked, ticket, here);
 }
 
+/// Effects: copies a listing's names into `r` (one buffer for them all).
+void fill_names(reply& r, const struct String_vector& names) {
+  const std::span<char* const> each{names.data, static_cast<std::size_t>(std::max(names.count, 0))};
+  std::size_t bytes = 0;
+  for (const char* n : each) bytes += std::strlen(n);
+  r.names.reserve(each.size(), bytes);
+  for (const char* n : each) r.names.push_back(n);
+}
+
 }  // namespace
 
 namespace reply_to {
@@ -114,18 +126,14 @@ void on_data(int rc, const char* value, int len, const struct Stat* st, const vo
 
 void on_names(int rc, const struct String_vector* names, const void* data) {
   answer(data, rc, [&](reply& r) {
-    if (!names) return;
-    r.names.reserve(static_cast<std::size_t>(names->count));
-    for (int i = 0; i < names->count; ++i) r.names.emplace_back(names->data[i]);
+    if (names) fill_names(r, *names);
   });
 }
 
 void on_names_stat(int rc, const struct String_vector* names, const struct Stat* st, const void* data) {
   answer(data, rc, [&](reply& r) {
     if (st) r.stat = *st;
-    if (!names) return;
-    r.names.reserve(static_cast<std::size_t>(names->count));
-    for (int i = 0; i < names->count; ++i) r.names.emplace_back(names->data[i]);
+    if (names) fill_names(r, *names);
   });
 }
 

@@ -80,7 +80,7 @@ struct reply {
   std::string value;               ///< a create's path; a read's data
   bool no_data = false;            ///< a read found the node's data null
   struct Stat stat {};             ///< the node's stat, when the reply has one
-  std::vector<std::string> names;  ///< a listing's children
+  name_list names;                 ///< a listing's children
   std::vector<acl_entry> acl;      ///< an ACL read
 };
 

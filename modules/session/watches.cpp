@@ -128,9 +128,9 @@ std::optional<node_seen> watch_node(session& sess, const std::string& path, cons
 
 }  // namespace
 
-std::optional<std::vector<std::string>> list_children(session& sess, const std::string& path,
-                                                      const std::shared_ptr<wake_target>& watcher,
-                                                      clock::time_point deadline, bool* missing) {
+std::optional<name_list> list_children(session& sess, const std::string& path,
+                                       const std::shared_ptr<wake_target>& watcher, clock::time_point deadline,
+                                       bool* missing) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: listing ", path, "READ", path};
   reply kids;
@@ -142,7 +142,7 @@ std::optional<std::vector<std::string>> list_children(session& sess, const std::
   });
   if (!rc) return std::nullopt;
   if (missing) *missing = *rc == ZNONODE;
-  if (*rc == ZNONODE) return std::vector<std::string>{};
+  if (*rc == ZNONODE) return name_list{};
   if (*rc != ZOK) fail(*rc, what);
   return std::move(kids.names);
 }

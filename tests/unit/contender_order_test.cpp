@@ -39,7 +39,7 @@ TEST(ContenderOrder, SerialArithmeticAcrossTheWrap) {
 }
 
 TEST(ContenderOrder, SortsByQueueOrderAndFiltersKinds) {
-  const std::vector<std::string> kids{"_c_b-lock--2147483647", "other", "_c_a-lock-2147483646",
+  const name_list kids{"_c_b-lock--2147483647", "other", "_c_a-lock-2147483646",
                                       "_c_c-lock--2147483648", "_c_d-lock-2147483647",
                                       "_c_e-__READ__2147483645", "leases"};
   const auto q = sorted_contenders(kids, 1u << static_cast<unsigned>(contender_kind::lock));
@@ -49,6 +49,27 @@ TEST(ContenderOrder, SortsByQueueOrderAndFiltersKinds) {
   const auto rw = sorted_contenders(kids, (1u << 1) | (1u << 2));
   ASSERT_EQ(rw.size(), 1u);
   EXPECT_EQ(rw[0].kind, contender_kind::read);
+}
+
+TEST(ContenderOrder, ANameListKeepsItsNamesInOrderAndItsViewsThroughAMove) {
+  name_list none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.begin(), none.end());
+  name_list l;
+  l.reserve(3, 12);
+  for (const std::string_view n : {"_c_a-lock-0000000002", "", "x"}) l.push_back(n);
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0], "_c_a-lock-0000000002");
+  EXPECT_EQ(l[1], "");
+  EXPECT_EQ(l[2], "x");
+  EXPECT_EQ(l.strings(), (std::vector<std::string>{"_c_a-lock-0000000002", "", "x"}));
+  const auto q = sorted_contenders(l, 1u << static_cast<unsigned>(contender_kind::lock));
+  ASSERT_EQ(q.size(), 1u);
+  const name_list moved = std::move(l);  // the contenders view the names' buffer, which stays put
+  EXPECT_EQ(q[0].name, "_c_a-lock-0000000002");
+  EXPECT_EQ(q[0].name.data(), moved[0].data());
+  std::vector<std::string_view> seen(moved.begin(), moved.end());
+  EXPECT_EQ(seen, (std::vector<std::string_view>{"_c_a-lock-0000000002", "", "x"}));
 }
 
 TEST(ContenderOrder, PrefixesAreUniquePerAttempt) {

@@ -121,7 +121,7 @@ TEST(ModeRules, AMutexContenderIsAWriterToEverySide) {
 }
 
 TEST(ModeRules, TheListingTellsWhichKindsAreUnderAPath) {
-  const std::vector<std::string> kids{"_c_1-lock-0000000003", "_c_2-__READ__0000000001", "lease-0000000002",
+  const name_list kids{"_c_1-lock-0000000003", "_c_2-__READ__0000000001", "lease-0000000002",
                                       "zklock-hold-7", "_c_3-__WRIT__0000000004"};
   unsigned present = 0;
   const auto q = sorted_contenders(kids, lock_kinds, &present);
