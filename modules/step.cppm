@@ -251,20 +251,6 @@ class async_runner {
   friend class resume_waiter;
   friend void fiber_wake(fiber& f, std::uint64_t ticket, bool here) noexcept;
   friend void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
-
-/// While one lives on a thread that runs no fiber, a wait resumed there (resume_waiter::wake) runs
-/// its step at once on this thread, on a free fiber, instead of queueing it for a step thread. For
-/// the ZooKeeper client's completion thread, in a watch's callback. Not copyable.
-class steps_here {
- public:
-  steps_here() noexcept;
-  ~steps_here();
-  steps_here(const steps_here&) = delete;
-  steps_here& operator=(const steps_here&) = delete;
-
- private:
-  bool was_;
-};
   /// Effects: queues the parked (or parking) fiber `f` to be resumed by a step thread. Never throws.
   void post_ready(fiber* f) noexcept;
   /// Effects: fiber_wake(f, ticket) at `at` (by the timer thread).
