@@ -91,14 +91,17 @@ class lock_hold {
   ~lock_hold() { unlock(); }
 
   /// Effects: releases the hold (its node is deleted, in the background if the connection is
-  /// down); the hold is empty afterwards. Does nothing if it is empty (unlock(ec) reports that, as
-  /// for every lock type). Never throws.
+  /// down, and without waiting for the delete's reply on a thread of the session's runner, e.g. in
+  /// a completion given no executor: the completions after it do not wait for a round trip); the
+  /// hold is empty afterwards. Does nothing if it is empty (unlock(ec) reports that, as for every
+  /// lock type). Never throws.
   void unlock() noexcept {
     std::error_code ec;
     unlock(ec);
   }
   /// Effects: as unlock(); `ec` is errc::not_held if the hold was empty, else the server's refusal
-  /// of the delete if it refused (errc::no_auth), or cleared. Never throws.
+  /// of the delete if it refused (errc::no_auth; not known on a runner's thread, where the reply is
+  /// not waited for), or cleared. Never throws.
   void unlock(std::error_code& ec) noexcept {
     if (!s_) {
       ec = make_error_code(errc::not_held);

@@ -152,6 +152,10 @@ void fiber_wake(fiber& f, std::uint64_t ticket, bool here = false) noexcept;
 /// (time_point::max(): no timer). Returns on the step thread that resumes it.
 void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_point until);
 
+/// Returns: whether the caller runs on a thread of any session's runner outside a step (a
+/// completion given no executor of its own), where nothing should wait for a round trip.
+bool on_a_runner_thread() noexcept;
+
 /// While one lives on a thread that runs no fiber, a wait resumed there (resume_waiter::wake) runs
 /// its step at once on this thread, on a free fiber, instead of queueing it for a step thread. For
 /// the ZooKeeper client's completion thread, in a watch's callback. Not copyable.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Deletes of our own nodes, and their retries. release_node deletes a released contender node on
-// the caller's thread (waiting for the reply, or not with session_options::background_release); a
+// the caller's thread (waiting for the reply, or not with session_options::background_release or on
+// a runner's thread outside a step: a completion dropping its hold); a
 // delete whose outcome is unknown, or asked for while disconnected, goes to the session worker,
 // which sends it once connected without waiting for the reply (send_pending); the replies arrive
 // on the C client's completion thread, which hands unknown outcomes back to the worker. What is
@@ -243,7 +244,9 @@ std::error_code release_node(session& sess, const held_node& n) noexcept {
       s.states.deletes_queued();
       return {};
     }
-    if (s.opts.background_release) {
+    // On a runner's thread (a completion dropping its hold) the reply is not waited for either:
+    // every other completion of that runner would wait behind it.
+    if (s.opts.background_release || on_a_runner_thread()) {
       std::string settle;  // this session's next acquire of the lock queues behind the reply?
       if (settle_before_requeue(n.waited, clock::now() - n.granted_at, s.round_trips.estimate(),
                                 s.opts.look_ahead_round_trip))

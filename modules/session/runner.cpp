@@ -315,6 +315,12 @@ void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_
   switch_out(f);
 }
 
+bool on_a_runner_thread() noexcept {
+  // A step (on a fiber) is not counted: its waits park the fiber, not the thread.
+  asm volatile("" ::: "memory");  // a fiber may have moved to another thread since it last looked
+  return t_runner != nullptr && t_fiber == nullptr;
+}
+
 steps_here::steps_here() noexcept : was_(std::exchange(t_steps_here, true)) {}
 
 steps_here::~steps_here() { t_steps_here = was_; }

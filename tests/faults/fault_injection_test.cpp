@@ -1284,6 +1284,55 @@ TEST(FaultInjection, HolderCutOffByThePartitionReportsLossBeforeTheWaiterAcquire
 }
 
 
+// A completion that drops its hold does not hold up the session's other completions for the delete's
+// round trip (issue 25): with the connection blackholed, the delete is never answered, yet the
+// completion returns while the session is still connected, and the next completion runs. Then the
+// delete reaches the server once the connection is back.
+TEST(FaultInjection, ACompletionThatDropsItsHoldWaitsForNoReply) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto timeout = scaled(20000ms);
+  auto o = opts(proxy.connect(), timeout);
+  o.loss_tolerance = timeout;  // stay suspended through the cut rather than give the session up
+  zklock::session s{o};
+  const auto path = zkt::unique_path("fi-async-drop");
+  zklock::mutex m{s, path}, first{s, zkt::unique_path("fi-async-first")}, second{s, zkt::unique_path("fi-async-second")};
+  zkt::completion granted;
+  m.async_lock(granted.callback());
+  ASSERT_TRUE(granted.wait(scaled(30s)));
+  ASSERT_EQ(granted.code(), std::error_code{}) << granted.code().message();
+  auto hold = std::make_shared<zklock::lock_hold>(std::move(granted.hold()));
+  ASSERT_TRUE(hold->owns_lock());
+  ASSERT_EQ(zkt::children(path).size(), 1u);
+
+  ASSERT_EQ(proxy.command("blackhole"), "ok blackhole");
+  // Two completions that need no server (acquires stopped before the call), on the session's
+  // completion thread in turn: the first drops the hold.
+  std::stop_source stopped;
+  stopped.request_stop();
+  std::promise<zklock::session_state> released;
+  std::promise<void> next_ran;
+  auto f_released = released.get_future();
+  auto f_next = next_ran.get_future();
+  first.async_lock({.stop = stopped.get_token()}, [&s, &released, hold](std::error_code, zklock::lock_hold) {
+    hold->unlock();
+    released.set_value(s.state());
+  });
+  second.async_lock({.stop = stopped.get_token()}, [&next_ran](std::error_code, zklock::lock_hold) { next_ran.set_value(); });
+  ASSERT_EQ(f_released.wait_for(scaled(60s)), std::future_status::ready);
+  EXPECT_EQ(f_released.get(), zklock::session_state::connected)
+      << "the completion waited for its delete's reply until the client gave the connection up";
+  ASSERT_EQ(f_next.wait_for(scaled(60s)), std::future_status::ready);
+  EXPECT_FALSE(hold->owns_lock());
+  EXPECT_EQ(zkt::children(path).size(), 1u) << "the delete cannot have reached the server yet";
+
+  EXPECT_EQ(proxy.command("cut"), "ok cut");
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  ASSERT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));
+  EXPECT_TRUE(zkt::await_children(path, 0)) << "the delete was not sent again after reconnecting";
+  EXPECT_EQ(s.generation(), 1u) << "the session should have survived: its node went by our delete";
+}
+
 // Asynchronous acquires of one session step at once (issue 25): while one acquire's step waits for
 // the connection (the proxy cut it, so its requests cannot go out), another's stop request and a
 // third's deadline end them at once, with the session still suspended and the stuck one still
