@@ -5,21 +5,21 @@
 // (answer_unanswered), and a waiter whose generation ended stops waiting.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
-#include <cstring>
-#include <algorithm>
 #include <shared_mutex>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>

@@ -159,7 +159,7 @@ thread_local const async_runner* t_runner = nullptr;
 thread_local bool t_completion = false;
 thread_local fiber* t_fiber = nullptr;
 thread_local bool t_steps_here = false;  // a steps_here lives on this thread
-/// How many steps a fiber runs one after another on a thread that is not a step thread.
+/// How many steps a fiber runs one after another before its thread looks at other work (run_fiber).
 constexpr int max_chained = 8;
 
 /// The calling thread's exceptions in flight. Not inlined (with a compiler barrier): a fiber may
@@ -317,8 +317,7 @@ void fiber_park(fiber& f, std::uint64_t ticket, std::chrono::steady_clock::time_
 
 bool on_a_runner_thread() noexcept {
   // A step (on a fiber) is not counted: its waits park the fiber, not the thread.
-  asm volatile("" ::: "memory");  // a fiber may have moved to another thread since it last looked
-  return t_runner != nullptr && t_fiber == nullptr;
+  return !this_fiber() && t_runner != nullptr;  // (this_fiber's barrier: it may have moved threads)
 }
 
 steps_here::steps_here() noexcept : was_(std::exchange(t_steps_here, true)) {}
