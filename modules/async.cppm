@@ -19,7 +19,7 @@
 // several at once: their requests are in flight together, and a step that waits for a reply or
 // through a disconnection parks its fiber, holding up no other acquire, its deadline or its stop
 // (up to max_fibers steps under way; beyond, steps wait for a fiber). A step resumed by its reply
-// runs on the ZooKeeper client's completion thread: a hook that blocks there delays every reply. Cancel a pending acquire
+// runs on the session's I/O loop thread: a hook that blocks there delays every reply. Cancel a pending acquire
 // with its stop token, never by destroying the coroutine suspended in its co_await (the completion
 // would resume a destroyed frame); await an awaitable while its lock object lives.
 module;

@@ -3,7 +3,7 @@
 module;
 #include <string>
 #include <system_error>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 
 namespace zklock {

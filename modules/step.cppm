@@ -18,12 +18,12 @@
 // its timer thread (resumes the waits whose deadline passed, and parked fibers whose timer is due;
 // never runs a step) and its completion thread (runs completions that have no executor of their
 // own). A step thread is started when a step is posted and none is idle, up to max_step_threads;
-// they end with the runner. A reply resumes its parked step on the ZooKeeper client's completion
-// thread, until the step parks again or ends (as a bare client's callback sends its next request
+// they end with the runner. A reply resumes its parked step on the session's I/O loop thread (which
+// runs the ZooKeeper client and its completions), until the step parks again or ends (as a bare client's callback sends its next request
 // there); a watch resumes its acquire there too, on a free fiber; and a fiber whose step ended there
 // takes the next step waiting for a fiber at once. So a step costs no thread switch of its own while
 // replies and watch events come; a step thread takes what the completion thread cannot (a step
-// posted from elsewhere, no free fiber, a timer's wake-up). ZooKeeper's I/O thread runs none of it.
+// posted from elsewhere, no free fiber, a timer's wake-up).
 module;
 #include <atomic>
 #include <chrono>
@@ -144,7 +144,7 @@ fiber* this_fiber() noexcept;
 std::uint64_t fiber_ticket(fiber& f) noexcept;
 /// Effects: makes `f` ready again if `ticket` is its current park's and nothing woke it yet (once
 /// per ticket; it may not have parked yet: it is resumed once it has): resumes it on this thread
-/// if `here` (until it parks again or ends its step: the C client's completion thread takes a
+/// if `here` (until it parks again or ends its step: the session's I/O loop takes a
 /// reply's step at once, as a bare client's callback would), else queues it for a step thread.
 /// Thread-safe; never throws.
 void fiber_wake(fiber& f, std::uint64_t ticket, bool here = false) noexcept;
@@ -158,7 +158,7 @@ bool on_a_runner_thread() noexcept;
 
 /// While one lives on a thread that runs no fiber, a wait resumed there (resume_waiter::wake) runs
 /// its step at once on this thread, on a free fiber, instead of queueing it for a step thread. For
-/// the ZooKeeper client's completion thread, in a watch's callback. Not copyable.
+/// the session's I/O loop thread, in a watch's callback. Not copyable.
 class steps_here {
  public:
   steps_here() noexcept;

@@ -4,7 +4,7 @@
 // a runner's thread outside a step: a completion dropping its hold); a
 // delete whose outcome is unknown, or asked for while disconnected, goes to the session worker,
 // which sends it once connected without waiting for the reply (send_pending); the replies arrive
-// on the C client's completion thread, which hands unknown outcomes back to the worker. What is
+// on the handle's I/O loop thread, which hands unknown outcomes back to the worker. What is
 // queued, in flight or settling is kept by background_deletes.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
@@ -28,7 +28,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -76,22 +76,27 @@ struct background_done {
 /// Returns: false if it could not be sent (then nothing was done); true also if the handle is gone.
 template <class Send>
 bool send_in_background(session_impl& s, const pending_delete& p, Send send, std::string settle = {}) {
-  std::shared_lock hl{s.handle.mu};
-  if (!s.handle.zh) return true;
+  const auto loop = s.handle.current();
+  if (!loop) return true;
   auto box = std::make_unique<background_delete>(background_delete{&s, p, std::move(settle)});
   s.deletes.begin(box->settle);
-  if (send(s.handle.zh, box.get()) != ZOK) {
+  // A handle closing (zh null) is gone with its session, and its nodes with it: nothing to send.
+  bool gone = false;
+  const int rc = loop->with_handle([&](zhandle_t* zh) {
+    gone = !zh;
+    return gone ? static_cast<int>(ZOK) : send(zh, box.get());
+  });
+  if (gone || rc != ZOK) {
     s.deletes.end();
     if (!box->settle.empty()) s.deletes.end_settle(box->settle);
-    return false;
+    return gone;
   }
   box.release();  // owned by the completion now, which always comes (reply, loss or close)
   return true;
 }
 
 /// The listing of a lock node under which a node of ours (by its prefix) may stand: each one found
-/// goes back to the worker as a plain delete. (On the client's completion thread: it must not
-/// take handle.mu, which close_handle() holds while it joins that thread.)
+/// goes back to the worker as a plain delete. (On the handle's loop thread.)
 extern "C" void on_prefixed_listing(int rc, const struct String_vector* kids, const void* data) noexcept {
   std::unique_ptr<background_delete> box{static_cast<background_delete*>(const_cast<void*>(data))};
   const background_done done{box->s};
@@ -140,13 +145,17 @@ bool session_impl::delete_now(const pending_delete& p, int* result) {
   int rc = ZOK;
   std::uint64_t g = 0;
   std::shared_ptr<reply_state> sent;
-  {
-    std::shared_lock hl{handle.mu};  // while the request is handed over: the handle stays open
-    if (!handle.zh) return true;
-    g = handle.ctx->generation;
-    sent = send_locked(
-        [&](zhandle_t* zh, const void* d) { return zoo_adelete(zh, p.path.c_str(), -1, &reply_to::on_void, d); }, rc);
-  }
+  const auto loop = handle.current();
+  if (!loop) return true;
+  g = loop->ctx.generation;
+  if (!loop->with_handle([&](zhandle_t* zh) {
+        if (!zh) return false;
+        sent = send_locked(
+            *loop, zh, [&](zhandle_t* h, const void* d) { return zoo_adelete(h, p.path.c_str(), -1, &reply_to::on_void, d); },
+            rc);
+        return true;
+      }))
+    return true;
   if (sent) rc = await_reply(sent, g, nullptr);
   if (result) *result = rc;
   log_refused_delete(p.path, rc);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C client's log, routed to the handler of set_log_handler (or silenced). zk_log_line runs on
-// the C client's I/O and completion threads (and on ours, for zklock's own lines); the handler is
+// the handles' I/O loop threads and on the callers' (and on ours, for zklock's own lines); the handler is
 // set on the caller's thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
@@ -22,7 +22,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 

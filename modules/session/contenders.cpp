@@ -4,7 +4,7 @@
 // settled by protected creation (find the node by its unique prefix, adopt it only if this session
 // owns it); missing lock nodes are created as containers; the lock node's ACL is checked once per
 // path, by the server (the ACL probe). Also the ACL of every node zklock creates. Runs on the
-// caller's thread; the pipelined replies arrive on the C client's completion thread.
+// caller's thread; the pipelined replies arrive on the handle's I/O loop thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
@@ -27,7 +27,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -182,11 +182,12 @@ struct acl_probe {
     zoo_set_op_init(&ops[stamp_probe], path, nullptr, -1, -1, &stat);
     zoo_delete_op_init(&ops[delete_probe], path, -1);
   }
-  /// Effects: sends the transaction if the handle is connected (the caller holds handle.mu shared,
-  /// and node_prefix lives until this returns: the client copies the requests at once).
-  /// Returns: as send_locked (not connected: nullptr, ZCONNECTIONLOSS).
-  std::shared_ptr<reply_state> send(session_impl& s, const std::shared_ptr<acl_probe>& self, int& rc) {
-    return s.send_locked(
+  /// Effects: sends the transaction if the handle `zh` of `loop` is connected (the caller holds
+  /// the loop's lock, and node_prefix lives until this returns: the client copies the requests at
+  /// once). Returns: as send_locked (not connected: nullptr, ZCONNECTIONLOSS).
+  std::shared_ptr<reply_state> send(io_loop& loop, zhandle_t* handle, const std::shared_ptr<acl_probe>& self, int& rc) {
+    return session_impl::send_locked(
+        loop, handle,
         [&](zhandle_t* zh, const void* d) {
           if (zoo_state(zh) != ZOO_CONNECTED_STATE) return static_cast<int>(ZCONNECTIONLOSS);
           static_cast<reply_state*>(const_cast<void*>(d))->keep = self;
@@ -237,25 +238,28 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   const auto probe = checked ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
   std::shared_ptr<reply_state> parent, create, list;
   int prc = ZOK, crc = ZOK, lrc = ZOK;
-  {
-    std::shared_lock hl{s.handle.mu};  // while the requests are handed over: the handle stays open
-    s.states.check_live(g, what);
+  const auto loop = s.live_loop(g, what);
+  if (!loop) crc = ZINVALIDSTATE;  // given up: as the client answers an expired handle
+  // Handed over together, holding the handle's lock: nothing of another thread's goes between them.
+  if (loop) loop->with_handle([&](zhandle_t* zh) {
     if (make_lock) {
-      parent = s.send_locked(
-          [&](zhandle_t* zh, const void* d) {
-            return zoo_acreate(zh, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER,
-                               &reply_to::on_string, d);
+      parent = session_impl::send_locked(
+          *loop, zh,
+          [&](zhandle_t* h, const void* d) {
+            return zoo_acreate(h, lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, &reply_to::on_string,
+                               d);
           },
           prc);
       if (parent && sent) ++*sent;
     }
     if (probe) {
-      create = probe->send(s, probe, crc);
+      create = probe->send(*loop, zh, probe, crc);
     } else {
-      create = s.send_locked(
-          [&](zhandle_t* zh, const void* d) {
-            return zoo_acreate2(zh, node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
-                                contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
+      create = session_impl::send_locked(
+          *loop, zh,
+          [&](zhandle_t* h, const void* d) {
+            return zoo_acreate2(h, node_prefix.c_str(), data.data(), static_cast<int>(data.size()), contender_acl(s),
+                                ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
           },
           crc);
     }
@@ -267,14 +271,15 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
       if (sent) ++*sent;
       // getChildren2: the same request, with the lock node's stat (whose data length tells whether
       // it may be a semaphore's node) in the reply.
-      list = s.send_locked(
-          [&](zhandle_t* zh, const void* d) {
-            return zoo_aget_children2(zh, lock_path.c_str(), 0, &reply_to::on_names_stat, d);
+      list = session_impl::send_locked(
+          *loop, zh,
+          [&](zhandle_t* h, const void* d) {
+            return zoo_aget_children2(h, lock_path.c_str(), 0, &reply_to::on_names_stat, d);
           },
           lrc);
       if (list && sent) ++*sent;
     }
-  }
+  });
   // The one-request path, for what the pipelined requests did not settle: checks the ACL first
   // on a path not checked yet (by reading it), and adopts a node whose create's outcome was unknown.
   auto one_by_one = [&](bool maybe_created) -> std::optional<queued_node> {

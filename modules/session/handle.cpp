@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C client's handle of a session: opening it (connect, auth, chroot check), closing it, and
-// its session watcher, with the state machine's side of them (a new generation, the client's
-// states). open_handle runs on the caller's thread (the session's constructor, reestablish()) or on
-// the session worker (re-establishment after expiry); close_handle on whichever thread closes or
-// gives up the session; session_watcher on the C client's completion thread.
+// The C client's handle of a session: its I/O loop, opening it (connect, auth, chroot check),
+// closing it, and its session watcher, with the state machine's side of them (a new generation, the
+// client's states). open_handle runs on the caller's thread (the session's constructor,
+// reestablish()) or on the session worker (re-establishment after expiry); close_handle on whichever
+// thread closes or gives up the session; session_watcher on the handle's loop thread.
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,11 +29,157 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
 namespace zklock::detail {
+
+// ---- the I/O loop -------------------------------------------------------------------------------------
+
+// The C client's internal flush (zklock's private copy; not in its public header): writes what the
+// socket takes of the queued requests. Returns: < 0 if a write failed (the socket is broken).
+extern "C" int zklock_zk_flush_send_queue(zhandle_t* zh, int timeout);
+
+/// Replaces the single-threaded client's own (see cmake/zklockPrivateClient.cmake): called by every
+/// request right after it is queued (timeout 0), by a ping, and by zookeeper_close (3000 ms). A
+/// request's write that fails is left for the loop to find (the socket is broken: its poll reports
+/// it, and the client's read or write there fails every request sent and reconnects), instead of
+/// the client's own handling, which closes the socket and leaves the requests sent on it waiting
+/// for replies first in line.
+extern "C" int zklock_zk_adaptor_send_queue(zhandle_t* zh, int timeout) {
+  const int rc = zklock_zk_flush_send_queue(zh, timeout);
+  return rc < 0 && timeout == 0 ? 0 : rc;
+}
+
+namespace {
+thread_local const io_loop* t_loop = nullptr;  // the loop whose thread this is
+/// The longest the loop polls without looking at the handle again (a safety net: a send whose tail
+/// the socket did not take wakes it at once, see nudge).
+constexpr int max_poll_ms = 1000;
+/// How often the C client resolves its server list again while connected (see io_loop::open).
+constexpr int resolution_delay_ms = 60'000;
+}  // namespace
+
+io_loop::io_loop(session_impl* s, std::uint64_t g) : ctx{s, g} {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "zklock::session: eventfd");
+}
+
+io_loop::~io_loop() {
+  close();
+  ::close(wake_fd_);
+}
+
+bool io_loop::open(const std::string& connect, watcher_fn watcher, int timeout_ms, const clientid_t* id,
+                   void* context) {
+  // No lock: no other thread knows the handle before its loop starts (and open_handle calls this
+  // holding handle.mu, which the loop's completions take after mu_).
+  errno = 0;
+  zh_ = zookeeper_init2(connect.c_str(), watcher, timeout_ms, id, context, 0, &zk_log_line);
+  if (!zh_) return false;
+  // By default the client resolves its server list each time its I/O loop checks the socket
+  // (getaddrinfo: a netlink socket and /etc/hosts, about ten system calls, several times per
+  // request: a third of the client's CPU at loopback). Once a minute still sees a DNS change, for
+  // the next connection.
+  zoo_set_servers_resolution_delay(zh_, resolution_delay_ms);
+  thread_ = std::thread{[this] { run(); }};
+  return true;
+}
+
+bool io_loop::on_loop_thread() const noexcept { return t_loop == this; }
+
+void io_loop::wake() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);  // EAGAIN: it is awake already
+}
+
+void io_loop::nudge() noexcept {
+  if (t_loop == this || fd_ < 0 || polls_write_) return;  // the loop looks at the handle before it polls
+  pollfd p{fd_, POLLOUT, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT)) return;  // all sent (the client stops at a full socket)
+  wake();
+}
+
+void io_loop::defer(std::function<void(zhandle_t*)> op) {
+  {
+    std::lock_guard l{deferred_mu_};
+    deferred_.push_back(std::move(op));
+    has_deferred_.store(true, std::memory_order_release);
+  }
+  wake();  // if no thread calls with_handle soon, the loop makes it
+}
+
+void io_loop::run_deferred() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return;
+  std::vector<std::function<void(zhandle_t*)>> ops;
+  {
+    std::lock_guard l{deferred_mu_};
+    ops.swap(deferred_);
+    has_deferred_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& op : ops) op(closing_ ? nullptr : zh_);
+}
+
+void io_loop::close() noexcept {
+  stop_.store(true);
+  // Never from its own completions (it would wait for itself): then it ends after them, and the
+  // owner's close joins it.
+  if (!thread_.joinable() || t_loop == this) return;
+  wake();
+  thread_.join();
+}
+
+void io_loop::run() {
+  t_loop = this;
+  for (;;) {
+    pollfd fds[2] = {{-1, 0, 0}, {wake_fd_, POLLIN, 0}};
+    int timeout = max_poll_ms;
+    {
+      std::lock_guard l{mu_};
+      run_deferred();
+      if (stop_.load()) {
+        // Closing on this thread: the completions the client calls now (ZCLOSING) and the calls
+        // they make find no handle.
+        closing_ = true;
+        run_deferred();
+        zookeeper_close(std::exchange(zh_, nullptr));
+        return;
+      }
+      int fd = -1;
+      int interest = 0;
+      timeval tv{};
+      zookeeper_interest(zh_, &fd, &interest, &tv);
+      if (fd >= 0) {
+        fds[0] = {fd, static_cast<short>(((interest & ZOOKEEPER_READ) ? POLLIN : 0) |
+                                          ((interest & ZOOKEEPER_WRITE) ? POLLOUT : 0)),
+                  0};
+      }
+      fd_ = fd;
+      polls_write_ = (interest & ZOOKEEPER_WRITE) != 0;
+      const long long ms = static_cast<long long>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
+      timeout = static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
+    }
+    ::poll(fds, 2, timeout);
+    if (fds[1].revents & POLLIN) {
+      std::uint64_t n;
+      [[maybe_unused]] const auto r = ::read(wake_fd_, &n, sizeof n);
+    }
+    int events = 0;
+    if (fds[0].fd >= 0) {
+      if (fds[0].revents & (POLLIN | POLLERR)) events |= ZOOKEEPER_READ;
+      if (fds[0].revents & (POLLOUT | POLLHUP)) events |= ZOOKEEPER_WRITE;
+    }
+    std::lock_guard l{mu_};
+    fd_ = -1;  // until the next interest: callers leave the socket to the loop meanwhile
+    if (stop_.load()) continue;  // closes above
+    run_deferred();
+    zookeeper_process(zh_, events);
+  }
+}
 
 // ---- the state machine's side of the handle --------------------------------------------------------
 
@@ -95,26 +243,19 @@ void session_impl::session_watcher(zhandle_t* zh, int type, int state, const cha
 }
 
 void session_impl::close_handle() {
-  // Taken out under the lock (no request is being handed to it then, and none will be: a sender
-  // finds no handle), closed without it: the client's completion thread runs steps of
-  // asynchronous acquires (replies.cpp), which may send, and zookeeper_close waits for that thread.
-  zhandle_t* zh = nullptr;
-  std::unique_ptr<handle_ctx> ctx;
+  // Taken out under the lock (a sender that copied it finds it closing), closed without it: the
+  // loop's thread runs completions that may take it.
+  std::shared_ptr<io_loop> loop;
   {
     std::unique_lock hl{handle.mu};
-    zh = std::exchange(handle.zh, nullptr);
-    ctx = std::move(handle.ctx);
+    loop = std::move(handle.loop);
   }
-  if (zh) zookeeper_close(zh);  // joins the client's threads: no callback of it runs after this
-  if (ctx) answer_unanswered(*ctx, ZCLOSING);  // what the client will never answer now
-  ctx.reset();
+  if (loop) {
+    loop->close();  // the client's last completions run on the loop's thread: none after this
+    answer_unanswered(loop->ctx, ZCLOSING);  // what the client will never answer now
+  }
   watches.wake_all();  // a closed handle fires no watch: its waiters must hear of it
 }
-
-namespace {
-/// How often the C client resolves its server list again while connected (see open_handle).
-constexpr int resolution_delay_ms = 60'000;
-}  // namespace
 
 void session_impl::open_handle(bool first) {
   std::lock_guard rl{handle.reopen_mu};
@@ -129,24 +270,17 @@ void session_impl::open_handle(bool first) {
     std::unique_lock hl{handle.mu};
     std::uint64_t g;
     std::tie(old_loss, g) = states.begin_generation();
-    handle.ctx = std::make_unique<handle_ctx>(this, g);
+    auto loop = std::make_shared<io_loop>(this, g);
     refresh_client_log_level();
-    errno = 0;
-    handle.zh = zookeeper_init2(opts.connect.c_str(), &session_watcher, static_cast<int>(opts.session_timeout.count()),
-                                nullptr, handle.ctx.get(), 0, &zk_log_line);
-    if (!handle.zh) {
+    if (!loop->open(opts.connect, &session_watcher, static_cast<int>(opts.session_timeout.count()), nullptr,
+                    &loop->ctx)) {
       const int e = errno;
-      handle.ctx.reset();
       states.open_failed(first);
       old_loss.request_stop();
       throw std::system_error(e ? e : EINVAL, std::generic_category(),
                               "zklock::session: the ZooKeeper client refused \"" + opts.connect + "\"");
     }
-    // By default the client resolves its server list each time its I/O loop checks the socket
-    // (getaddrinfo: a netlink socket and /etc/hosts, about ten system calls, several times per
-    // request: a third of the client's CPU at loopback). Once a minute still sees a DNS change, for
-    // the next connection.
-    zoo_set_servers_resolution_delay(handle.zh, resolution_delay_ms);
+    handle.loop = std::move(loop);
   }
   old_loss.request_stop();  // holds of the replaced handle are gone, if they were not already
   auto fail = [&](errc e, const std::string& what) {
@@ -170,11 +304,11 @@ void session_impl::open_handle(bool first) {
     };
     auto w = std::make_shared<auth_wait>();
     auto* held = new std::shared_ptr<auth_wait>(w);  // freed by the completion
-    int rc;
-    {
-      std::shared_lock hl{handle.mu};
-      rc = zoo_add_auth(
-          handle.zh, auth.scheme.c_str(), auth.credential.data(), static_cast<int>(auth.credential.size()),
+    const auto loop = handle.current();
+    const int rc = !loop ? static_cast<int>(ZINVALIDSTATE) : loop->with_handle([&](zhandle_t* zh) {
+      if (!zh) return static_cast<int>(ZINVALIDSTATE);
+      return zoo_add_auth(
+          zh, auth.scheme.c_str(), auth.credential.data(), static_cast<int>(auth.credential.size()),
           [](int rc2, const void* data) {
             auto* p = static_cast<std::shared_ptr<auth_wait>*>(const_cast<void*>(data));
             {
@@ -186,7 +320,7 @@ void session_impl::open_handle(bool first) {
             delete p;
           },
           held);
-    }
+    });
     if (rc != ZOK) {
       delete held;
       fail(static_cast<errc>(rc), "zklock::session: addauth (" + auth.scheme + ")");

@@ -24,7 +24,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 import :nodes;

@@ -28,7 +28,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -49,7 +49,7 @@ namespace {
 
 /// Effects: answers `p` with `rc` and what `fill` puts in its reply (an allocation failure there
 /// makes it ZSYSTEMERROR: the caller cannot tell what happened, as after a lost connection).
-/// A step parked for the reply resumes on this thread if `here` (the client's completion thread),
+/// A step parked for the reply resumes on this thread if `here` (the handle's I/O loop thread),
 /// else on a step thread.
 template <class Fill>
 void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
@@ -163,7 +163,7 @@ void answer_unanswered(handle_ctx& ctx, int rc) noexcept {
 
 int session_impl::await_reply(const std::shared_ptr<reply_state>& p, std::uint64_t g, reply* out) {
   // The client answers every request it sent, and close_handle every one it never will; only a
-  // request that reached the client after its I/O thread ended waits for that close, which an
+  // request that reached the client after its loop ended waits for that close, which an
   // expired session without re-establishment never has. So a waiter looks at its generation when
   // its reply is late, not on every request (this costs nothing while replies come).
   constexpr auto late = std::chrono::milliseconds{100};

@@ -26,7 +26,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -367,7 +367,7 @@ bool async_runner::enter(fiber* f) noexcept {
 
 void async_runner::run_fiber(fiber* f) noexcept {
   // A fiber whose step ends here takes a step waiting for a fiber next, on this thread (no step
-  // thread is woken for it), a few at most: this may be the client's completion thread.
+  // thread is woken for it), a few at most: this may be the session's I/O loop thread.
   for (int chained = 0; enter(f); ++chained) {
     f->running.store(false, std::memory_order_relaxed);
     bool wanted;

@@ -29,7 +29,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -241,8 +241,7 @@ void session_impl::shutdown() noexcept {
   if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
   reaper.join();
   // Background requests (releases and retried deletes) not answered yet: a handle closed now
-  // drops their completions (the C client queues them for its completion thread, which has
-  // already stopped), and with them what they own. While connected their replies are one round
+  // drops their completions (answered ZCLOSING on its loop thread, not by the server), and with them what they own. While connected their replies are one round
   // trip away: wait for them, briefly. (Closed, the state no longer changes but by this call.)
   if (states.view().state == session_state::connected)
     deletes.await_idle(std::min<clock::duration>(opts.connect_timeout, std::chrono::seconds{2}));
@@ -411,13 +410,18 @@ const session_options& session::options() const noexcept { return impl_->opts; }
 
 session_credentials session::credentials() const {
   detail::session_impl& s = *impl_;
-  std::shared_lock hl{s.handle.mu};  // the handle stays while we read its id
+  std::shared_lock hl{s.handle.mu};  // the generation and its handle change together
   const detail::state_view v = s.states.view();
   if (v.closed) detail::throw_error(errc::session_closed, "zklock::session::credentials");
   // Expired, or a new handle still connecting: there is no session a second handle could join.
-  if (v.state == session_state::expired || v.state == session_state::connecting || !s.handle.zh || v.id == 0)
+  if (v.state == session_state::expired || v.state == session_state::connecting || !s.handle.loop || v.id == 0)
     detail::throw_error(errc::session_expired, "zklock::session::credentials: no live session");
-  const clientid_t* id = ::zoo_client_id(s.handle.zh);
+  const auto loop = s.handle.loop;
+  hl.unlock();  // the loop's lock comes first (its completions take the session's locks)
+  std::optional<clientid_t> id;
+  loop->with_handle([&](zhandle_t* zh) {
+    if (const clientid_t* c = zh ? ::zoo_client_id(zh) : nullptr) id = *c;
+  });
   if (!id || id->client_id != v.id)
     detail::throw_error(errc::session_expired, "zklock::session::credentials: no live session");
   return {id->client_id, std::string{id->passwd, sizeof id->passwd}};
@@ -425,11 +429,14 @@ session_credentials session::credentials() const {
 
 std::string session::server_address() const {
   detail::session_impl& s = *impl_;
-  std::shared_lock hl{s.handle.mu};  // the handle stays while we ask it
-  if (!s.handle.zh || s.states.view().state != session_state::connected) return {};
+  const auto loop = s.handle.current();
+  if (!loop || s.states.view().state != session_state::connected) return {};
   sockaddr_storage peer{};
   socklen_t len = sizeof peer;
-  if (!::zookeeper_get_connected_host(s.handle.zh, reinterpret_cast<sockaddr*>(&peer), &len)) return {};
+  if (!loop->with_handle([&](zhandle_t* zh) {
+        return zh && ::zookeeper_get_connected_host(zh, reinterpret_cast<sockaddr*>(&peer), &len);
+      }))
+    return {};
   char ip[INET6_ADDRSTRLEN] = {};
   if (peer.ss_family == AF_INET) {
     const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);

@@ -47,7 +47,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock:session_impl;
 import zklock.detail;
 import :errors;
@@ -87,7 +87,7 @@ struct reply {
 /// One request in flight, sent with the C client's asynchronous call and waited for on the caller's
 /// thread with no lock held (session_impl::request). The client's completion fills it in; or, if the
 /// handle is closed first, close_handle answers it with ZCLOSING (the client never answers a request
-/// that reaches it after its I/O thread ended with an expiry: a synchronous call would wait for ever,
+/// that reaches it after its loop ended with an expiry: a synchronous call would wait for ever,
 /// and hold the handle open while it did). The completion's data is the state itself, kept alive by
 /// `self` until it is answered.
 struct reply_state {
@@ -471,12 +471,85 @@ class watch_registry {
 
 // ---- the handle, the reaper, the ACL cache ---------------------------------------------------------
 
+/// One handle of the C client (its single-threaded build: zklock's private copy, see
+/// cmake/zklockPrivateClient.cmake) and the thread that runs its I/O loop (handle.cpp). The loop
+/// polls the socket, reads replies and events and runs their completions and watchers, all on its
+/// thread; a request is written to the socket by the thread that makes it (with_handle), so a
+/// blocking call crosses one thread (the reply's) and a step of an asynchronous acquire, resumed by
+/// its reply on the loop's thread, none. Every call on the handle holds the loop's lock (mu_,
+/// recursive: completions send too); the loop lets it go only while it polls.
+/// Lock order: mu_, then any of the session's locks (completions and watchers take them), then
+/// deferred_mu_. So a thread holding one of the session's locks never waits for mu_: it defers
+/// the call instead (defer), and the next call on the handle, or the loop, makes it first.
+class io_loop {
+ public:
+  /// Effects: a loop for generation `g` of session `s` (ctx), no handle yet.
+  io_loop(session_impl* s, std::uint64_t g);
+  /// Effects: close().
+  ~io_loop();
+  io_loop(const io_loop&) = delete;
+  io_loop& operator=(const io_loop&) = delete;
+
+  handle_ctx ctx;  ///< the context of the handle's watchers, and its requests in flight
+
+  /// Effects: opens the handle (zookeeper_init2 with `watcher` and `context`, which must outlive
+  /// it) and starts the loop's thread. Returns: false if the client refused (errno tells why).
+  bool open(const std::string& connect, watcher_fn watcher, int timeout_ms, const clientid_t* id, void* context);
+  /// Effects: tells the loop to close the handle and end, and waits until it has (the client then
+  /// calls no completion or watcher any more). Idempotent. Never on the loop's own thread.
+  void close() noexcept;
+  /// Effects: calls `f(zh)` holding the loop's lock, zh being the handle, or nullptr once it is
+  /// closing; before it, the calls deferred so far. A request it sends goes out at once (the loop
+  /// is woken only if the socket could not take all of it).
+  /// Returns: what f returns.
+  template <class F>
+  decltype(auto) with_handle(F&& f) {
+    std::lock_guard l{mu_};
+    const after_call after{*this};
+    run_deferred();
+    return f(closing_ ? nullptr : zh_);
+  }
+  /// Effects: queues `op` to be called with the handle (or nullptr once it is closing) before any
+  /// later with_handle's call, or by the loop; takes no lock but its own. Throws: std::bad_alloc.
+  void defer(std::function<void(zhandle_t*)> op);
+  /// Returns: whether the caller is this loop's thread.
+  bool on_loop_thread() const noexcept;
+
+ private:
+  struct after_call {
+    io_loop& loop;
+    ~after_call() { loop.nudge(); }
+  };
+  void run();
+  void run_deferred();
+  /// Effects: after a call made off the loop's thread: wakes the loop if the socket did not take
+  /// what was sent (the client keeps the rest until the loop sees the socket writable).
+  void nudge() noexcept;
+  void wake() noexcept;
+
+  std::recursive_mutex mu_;
+  zhandle_t* zh_ = nullptr;   // guarded by mu_
+  bool closing_ = false;      // guarded by mu_
+  int fd_ = -1;               // the socket the loop polls, -1 while it runs (guarded by mu_)
+  bool polls_write_ = false;  // whether it polls for writing (guarded by mu_)
+  int wake_fd_ = -1;          // an eventfd: wakes the loop's poll
+  std::atomic<bool> stop_{false};
+  std::mutex deferred_mu_;
+  std::vector<std::function<void(zhandle_t*)>> deferred_;  // guarded by deferred_mu_
+  std::atomic<bool> has_deferred_{false};
+  std::thread thread_;
+};
+
 /// The C client's handle of the current generation: open_handle replaces it, close_handle closes it.
 struct client_handle {
-  std::mutex reopen_mu;             ///< one open or close at a time (taken before mu)
-  std::shared_mutex mu;             ///< shared: a call on zh; exclusive: replace or close zh
-  zhandle_t* zh = nullptr;          ///< guarded by mu
-  std::unique_ptr<handle_ctx> ctx;  ///< the context of zh's watchers (guarded by mu)
+  std::mutex reopen_mu;           ///< one open or close at a time (taken before mu)
+  std::shared_mutex mu;           ///< guards loop: shared to copy it; exclusive to replace it
+  std::shared_ptr<io_loop> loop;  ///< the handle and its I/O loop (nullptr: none)
+  /// Returns: the loop of the current handle, if any (a copy: it stays valid, closed or not).
+  std::shared_ptr<io_loop> current() {
+    std::shared_lock l{mu};
+    return loop;
+  }
 };
 
 /// Sessions given up locally (a suspension longer than the loss tolerance) whose handle was closed
@@ -575,8 +648,8 @@ struct session_impl {
   /// The handle's session watcher: turns the C client's session events into states.
   static void session_watcher(zhandle_t* zh, int type, int state, const char*, void* vctx);
 
-  /// Effects: closes the current handle, if any (handle.mu must NOT be held), and wakes every
-  /// watch's waiters (a closed handle fires no watch).
+  /// Effects: closes the current handle, if any (handle.mu must NOT be held, nor may the caller be
+  /// its loop's thread), and wakes every watch's waiters (a closed handle fires no watch).
   void close_handle();
 
   /// Effects: opens a new handle and waits until it is connected, authenticated and its chroot
@@ -614,30 +687,37 @@ struct session_impl {
 
   // -- calls -----------------------------------------------------------------------------------
 
-  /// Effects: sends one request on the current handle with `send(zh, data)`: a C-client
-  /// asynchronous call whose completion is one of reply_to's, given `data`. The caller holds
-  /// handle.mu shared (and checked the generation). Returns: the request in flight; nullptr if the
-  /// client refused to send it, with its code in `rc`.
+  /// Effects: sends one request on the handle of `loop` with `send(zh, data)`: a C-client
+  /// asynchronous call whose completion is one of reply_to's, given `data`. The caller holds the
+  /// loop's lock (io_loop::with_handle): `zh` is its handle (nullptr once closing).
+  /// Returns: the request in flight; nullptr if the client refused to send it, with its code in `rc`.
   template <class Send>
-  std::shared_ptr<reply_state> send_locked(Send&& send, int& rc) {
-    if (!handle.zh || !handle.ctx) {  // closed (given up): as the client answers an expired handle
+  static std::shared_ptr<reply_state> send_locked(io_loop& loop, zhandle_t* zh, Send&& send, int& rc) {
+    if (!zh) {  // closed (given up): as the client answers an expired handle
       rc = ZINVALIDSTATE;
       return nullptr;
     }
     auto p = std::make_shared<reply_state>();
     p->self = p;
-    p->owner = handle.ctx.get();
+    p->owner = &loop.ctx;
     {
       std::lock_guard l{p->owner->requests_mu};
       p->next = p->owner->requests;
       if (p->next) p->next->prev = p.get();
       p->owner->requests = p.get();
     }
-    rc = send(handle.zh, static_cast<const void*>(p.get()));
+    rc = send(zh, static_cast<const void*>(p.get()));
     if (rc == ZOK) return p;
     unlist(*p);  // not sent: no completion comes
     p->self.reset();
     return nullptr;
+  }
+
+  /// Returns: the loop of generation `g`'s handle. Throws: as states.check_live(g, what).
+  std::shared_ptr<io_loop> live_loop(std::uint64_t g, const call_name& what) {
+    std::shared_lock hl{handle.mu};  // the generation and its handle change together
+    states.check_live(g, what);
+    return handle.loop;
   }
 
   /// Effects: removes `p` from its handle's registry of requests in flight.
@@ -654,13 +734,10 @@ struct session_impl {
   /// (check_live) if the generation is over before or while it waits, naming `what`.
   template <class Send>
   int request(std::uint64_t g, const call_name& what, reply* out, Send&& send) {
-    int rc = ZOK;
+    int rc = ZINVALIDSTATE;
     std::shared_ptr<reply_state> p;
-    {
-      std::shared_lock hl{handle.mu};  // while the request is handed over: the handle stays open
-      states.check_live(g, what);
-      p = send_locked(send, rc);
-    }
+    if (const auto loop = live_loop(g, what))
+      p = loop->with_handle([&](zhandle_t* zh) { return send_locked(*loop, zh, send, rc); });
     if (!p) return rc;
     rc = await_reply(p, g, out);
     const auto m = meaning_of(rc);

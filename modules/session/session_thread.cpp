@@ -29,7 +29,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -173,11 +173,10 @@ void session_impl::run_worker() {
       case kind::give_up: {
         w.lost.request_stop();
         std::optional<clientid_t> given_up;
-        {
-          std::shared_lock hl{handle.mu};
-          if (handle.zh)
-            if (const clientid_t* id = zoo_client_id(handle.zh); id && id->client_id) given_up = *id;
-        }
+        if (const auto loop = handle.current())
+          loop->with_handle([&](zhandle_t* zh) {
+            if (const clientid_t* id = zh ? zoo_client_id(zh) : nullptr; id && id->client_id) given_up = *id;
+          });
         close_handle();
         if (given_up) reaper.add(*this, *given_up);
         break;
@@ -278,16 +277,15 @@ extern "C" void reap_watcher(zhandle_t*, int type, int state, const char*, void*
 
 bool session_impl::close_on_server(const clientid_t& id) {
   reap_box box;
-  zhandle_t* h = zookeeper_init2(opts.connect.c_str(), &reap_watcher, static_cast<int>(opts.session_timeout.count()),
-                                 &id, &box, 0, &zk_log_line);
-  if (!h) return false;
+  io_loop loop{this, 0};
+  if (!loop.open(opts.connect, &reap_watcher, static_cast<int>(opts.session_timeout.count()), &id, &box)) return false;
   int state;
   {
     std::unique_lock l{box.m};
     box.c.wait_for(l, opts.session_timeout / 3, [&] { return box.state != 0; });
     state = box.state;
   }
-  zookeeper_close(h);  // connected: sends closeSession; joins the client's threads either way
+  loop.close();  // connected: sends closeSession; its loop ends either way
   return state != 0;
 }
 

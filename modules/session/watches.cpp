@@ -3,7 +3,7 @@
 // share one C-client watcher and one server watch), listing with a children watch, watching nodes
 // (one, or many pipelined), dropping a watch, and the holder's watch on its own node. The calls run
 // on the caller's thread; node_watcher and the completions (on_own_watch, on_pipelined_watch) on
-// the C client's completion thread, where they only wake waiters.
+// the handle's loop thread, where they only wake waiters (and resume the steps they wake).
 module;
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
@@ -27,7 +27,7 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
-#include <zookeeper/zookeeper.h>
+#include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
 
@@ -40,8 +40,8 @@ namespace {
 void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
 
 /// The watcher of every watch group: `ctx` is the group's id; the session's watch registry is
-/// reached through the handle's context (valid while the client runs: close_handle() resets it
-/// only after zookeeper_close has joined the client's threads).
+/// reached through the handle's context (valid while the client runs: it is its io_loop's, which
+/// ends after zookeeper_close).
 extern "C" void node_watcher(zhandle_t* zh, int type, int state, const char*, void* ctx) {
   // The client also calls node watchers on session events; only expiry matters to a waiter (a
   // reconnect re-arms the watches by itself).
@@ -149,25 +149,28 @@ std::optional<name_list> list_children(session& sess, const std::string& path,
 
 void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
   session_impl& s = impl_of(sess);
-  std::shared_lock hl{s.handle.mu};
-  const state_view v = s.states.view();
-  const bool usable = s.handle.zh && !v.closed;
-  const bool connected = v.state == session_state::connected;
-  // The registry's lock is held while the removal is queued: a later join is sent after it.
+  const auto loop = s.handle.current();
+  // The registry's lock is held while the removal is queued (deferred: a thread holding one of the
+  // session's locks never waits for the handle's), so a later join's request goes after it.
   s.watches.drop(path, children, watcher, [&]() noexcept {
-    // Removing one watcher only checks it on the server (the server keeps one watch per path and
-    // kind for the connection): remove them all, which are ours alone. Connected: ask the server
-    // (queued now, answered later; the client forgets its watcher with the answer). Disconnected:
-    // forget it locally only (local=1 does no I/O), so that a reconnect does not re-arm it.
-    // The header declares the completion as void_completion_t*, but the client stores and calls
-    // the pointer it is given as the function itself.
-    static constexpr void_completion_t ignore_reply = [](int, const void*) {};
-    const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
-    if (usable && connected)
-      zoo_aremove_all_watches(s.handle.zh, path.c_str(), type, 0, reinterpret_cast<void_completion_t*>(ignore_reply),
-                              nullptr);
-    else if (usable)
-      zoo_remove_all_watches(s.handle.zh, path.c_str(), type, 1);
+    if (!loop) return;
+    try {
+      loop->defer([&s, p = path, children](zhandle_t* zh) {
+        // Removing one watcher only checks it on the server (the server keeps one watch per path
+        // and kind for the connection): remove them all, which are ours alone. Connected: ask the
+        // server (answered later; the client forgets its watcher with the answer). Otherwise forget
+        // it locally only (local=1 does no I/O and calls no completion), so that a reconnect does
+        // not re-arm it. The header declares the completion as void_completion_t*, but the client
+        // stores and calls the pointer it is given as the function itself.
+        static constexpr void_completion_t ignore_reply = [](int, const void*) {};
+        if (!zh || s.states.view().closed) return;
+        const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
+        const bool connected = zoo_state(zh) == ZOO_CONNECTED_STATE;
+        zoo_aremove_all_watches(zh, p.c_str(), type, connected ? 0 : 1,
+                                reinterpret_cast<void_completion_t*>(ignore_reply), nullptr);
+      });  // sent by the next request on the handle, or by the loop, which defer wakes
+    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
+    }
   });
 }
 
@@ -199,18 +202,21 @@ std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vect
   std::vector<int> rcs(n, ZSYSTEMERROR);
   std::vector<std::shared_ptr<reply_state>> sent(n);
   while (!todo.empty()) {
-    {
-      std::shared_lock hl{s.handle.mu};  // while the requests are handed over: the handle stays open
-      s.states.check_live(g, watching);
-      for (const std::size_t i : todo) {
-        // getData, not exists: on a missing node it leaves no watch behind. Not sent: rcs[i] is
-        // decided below as if it were the reply.
-        sent[i] = s.send_locked(
-            [&](zhandle_t* zh, const void* d) {
-              return zoo_awget(zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &reply_to::on_data, d);
-            },
-            rcs[i]);
-      }
+    if (const auto loop = s.live_loop(g, watching)) {
+      loop->with_handle([&](zhandle_t* zh) {
+        for (const std::size_t i : todo) {
+          // getData, not exists: on a missing node it leaves no watch behind. Not sent: rcs[i] is
+          // decided below as if it were the reply.
+          sent[i] = session_impl::send_locked(
+              *loop, zh,
+              [&](zhandle_t* h, const void* d) {
+                return zoo_awget(h, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &reply_to::on_data, d);
+              },
+              rcs[i]);
+        }
+      });
+    } else {
+      for (const std::size_t i : todo) rcs[i] = ZINVALIDSTATE;  // given up: as the client answers an expired handle
     }
     // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of
     // its generation (then check_live below says which).
@@ -287,14 +293,14 @@ void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hol
   try {
     auto box = std::make_unique<own_watch_box>(own_watch_box{&s, n.path, g});
     const std::uint64_t group = s.watches.join(n.path, false, g);
-    int rc;
-    {
-      std::shared_lock hl{s.handle.mu};
-      const state_view v = s.states.view();
-      rc = (!s.handle.zh || !v.live(n.generation) || v.state != session_state::connected) ? ZCONNECTIONLOSS : ZOK;
-      if (rc == ZOK)
-        rc = zoo_awget(s.handle.zh, n.path.c_str(), &node_watcher, watch_ctx(group), &on_own_watch, box.get());
-    }
+    int rc = ZCONNECTIONLOSS;
+    const state_view v = s.states.view();
+    if (v.live(n.generation) && v.state == session_state::connected)
+      if (const auto loop = s.handle.current(); loop && loop->ctx.generation == n.generation)
+        rc = loop->with_handle([&](zhandle_t* zh) {
+          return zh ? zoo_awget(zh, n.path.c_str(), &node_watcher, watch_ctx(group), &on_own_watch, box.get())
+                    : static_cast<int>(ZCONNECTIONLOSS);
+        });
     if (rc == ZOK) {
       box.release();  // owned by the completion now, which always comes
       return;
