@@ -60,6 +60,8 @@ thread_local const io_loop* t_loop = nullptr;  // the loop whose thread this is
 /// The longest the loop polls without looking at the handle again (a safety net: a send whose tail
 /// the socket did not take wakes it at once, see nudge).
 constexpr int max_poll_ms = 1000;
+/// The least the loop waits after a connection attempt failed at once.
+constexpr int min_retry_ms = 10;
 /// How often the C client resolves its server list again while connected (see io_loop::open).
 constexpr int resolution_delay_ms = 60'000;
 }  // namespace
@@ -152,7 +154,7 @@ void io_loop::run() {
       int fd = -1;
       int interest = 0;
       timeval tv{};
-      zookeeper_interest(zh_, &fd, &interest, &tv);
+      const int rc = zookeeper_interest(zh_, &fd, &interest, &tv);
       if (fd >= 0) {
         fds[0] = {fd, static_cast<short>(((interest & ZOOKEEPER_READ) ? POLLIN : 0) |
                                           ((interest & ZOOKEEPER_WRITE) ? POLLOUT : 0)),
@@ -160,7 +162,11 @@ void io_loop::run() {
       }
       fd_ = fd;
       polls_write_ = (interest & ZOOKEEPER_WRITE) != 0;
-      const long long ms = static_cast<long long>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
+      long long ms = static_cast<long long>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
+      if (rc == ZINVALIDSTATE)
+        ms = max_poll_ms;  // expired, or its credentials refused: nothing to do until it is closed
+      else if (rc != ZOK && fd < 0 && ms == 0)
+        ms = min_retry_ms;  // a connection that failed at once: try again soon, without spinning
       timeout = static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
     }
     ::poll(fds, 2, timeout);

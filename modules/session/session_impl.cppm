@@ -471,6 +471,52 @@ class watch_registry {
 
 // ---- the handle, the reaper, the ACL cache ---------------------------------------------------------
 
+/// A recursive mutex owned by the operating system's thread that locks it, whichever fiber runs
+/// there: the I/O loop holds it while the client runs completions, and those resume steps of
+/// asynchronous acquires on fibers of that thread, which send (so lock it again). Built on an
+/// atomic (a futex-style lock: 0 free, 1 locked, 2 locked with waiters), which also keeps
+/// ThreadSanitizer's view right: it takes a fiber for a thread of its own, and would report a
+/// pthread mutex locked again by a fiber of the thread that holds it as a double lock.
+class recursive_lock {
+ public:
+  recursive_lock() = default;
+  recursive_lock(const recursive_lock&) = delete;
+  recursive_lock& operator=(const recursive_lock&) = delete;
+  void lock() noexcept {
+    const int me = self();
+    if (owner_.load(std::memory_order_relaxed) == me) {
+      ++depth_;
+      return;
+    }
+    int c = 0;
+    if (!state_.compare_exchange_strong(c, 1, std::memory_order_acquire)) {
+      if (c != 2) c = state_.exchange(2, std::memory_order_acquire);
+      while (c != 0) {
+        state_.wait(2, std::memory_order_relaxed);
+        c = state_.exchange(2, std::memory_order_acquire);
+      }
+    }
+    owner_.store(me, std::memory_order_relaxed);
+    depth_ = 1;
+  }
+  void unlock() noexcept {
+    if (--depth_ > 0) return;
+    owner_.store(0, std::memory_order_relaxed);
+    if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
+  }
+
+ private:
+  /// Returns: the calling thread's id (never 0).
+  static int self() noexcept {
+    static std::atomic<int> next{1};
+    thread_local const int id = next.fetch_add(1, std::memory_order_relaxed);
+    return id;
+  }
+  std::atomic<int> state_{0};
+  std::atomic<int> owner_{0};
+  int depth_ = 0;  // guarded by the lock
+};
+
 /// One handle of the C client (its single-threaded build: zklock's private copy, see
 /// cmake/zklockPrivateClient.cmake) and the thread that runs its I/O loop (handle.cpp). The loop
 /// polls the socket, reads replies and events and runs their completions and watchers, all on its
@@ -527,7 +573,7 @@ class io_loop {
   void nudge() noexcept;
   void wake() noexcept;
 
-  std::recursive_mutex mu_;
+  recursive_lock mu_;
   zhandle_t* zh_ = nullptr;   // guarded by mu_
   bool closing_ = false;      // guarded by mu_
   int fd_ = -1;               // the socket the loop polls, -1 while it runs (guarded by mu_)

@@ -66,9 +66,24 @@ TEST_F(Hooks, UncontendedAcquireCostsTwoRequestsAndReportsTheHold) {
     rec.releases.clear();
     rec.paths.clear();
   }
-  m.lock();
-  std::this_thread::sleep_for(std::chrono::milliseconds{50});  // the work under the lock
-  m.unlock();
+  // The lock node is a container: the server removes it once empty, every second (tools/zk), so
+  // it may be gone between the cycles (more likely on a slow run, e.g. under TSan), and then this
+  // acquire creates it again. Count a cycle in which it stayed.
+  for (int tries = 0;; ++tries) {
+    const auto before = zkt::stat_node(path);
+    m.lock();
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});  // the work under the lock
+    const bool stayed = before.exists && zkt::stat_node(path).czxid == before.czxid;
+    m.unlock();
+    if (stayed || tries == 4) {
+      ASSERT_TRUE(stayed) << "the lock node was removed between every pair of cycles";
+      break;
+    }
+    std::lock_guard lk{rec.mu};
+    rec.acquires.clear();
+    rec.releases.clear();
+    rec.paths.clear();
+  }
   std::lock_guard lk{rec.mu};
   ASSERT_EQ(rec.acquires.size(), 1u);
   const auto& a = rec.acquires[0];
