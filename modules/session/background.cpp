@@ -82,10 +82,29 @@ bool send_in_background(session_impl& s, const pending_delete& p, Send send, std
   s.deletes.begin(box->settle);
   // A handle closing (zh null) is gone with its session, and its nodes with it: nothing to send.
   bool gone = false;
-  const int rc = loop->with_handle([&](zhandle_t* zh) {
+  int rc = ZOK;
+  const bool now = loop->try_with_handle([&](zhandle_t* zh) {
     gone = !zh;
-    return gone ? static_cast<int>(ZOK) : send(zh, box.get());
+    if (!gone) rc = send(zh, box.get());
   });
+  if (!now) {
+    // The loop is running completions: it sends this at its next one, or before it polls again,
+    // so that a release does not wait for all of them.
+    loop->defer([&s, send, b = box.release()](zhandle_t* zh) {
+      std::unique_ptr<background_delete> owned{b};
+      if (zh && send(zh, owned.get()) == ZOK) {
+        owned.release();  // owned by the completion now
+        return;
+      }
+      s.deletes.end();
+      if (!owned->settle.empty()) s.deletes.end_settle(owned->settle);
+      try {
+        if (zh) s.defer_delete(std::move(owned->p));  // not sent: the worker sends it once connected
+      } catch (...) {  // allocation failure: the node goes with the session
+      }
+    });
+    return true;
+  }
   if (gone || rc != ZOK) {
     s.deletes.end();
     if (!box->settle.empty()) s.deletes.end_settle(box->settle);

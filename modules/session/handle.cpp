@@ -67,12 +67,15 @@ constexpr int resolution_delay_ms = 60'000;
 }  // namespace
 
 io_loop::io_loop(session_impl* s, std::uint64_t g) : ctx{s, g} {
+  ctx.loop = this;
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "zklock::session: eventfd");
 }
 
 io_loop::~io_loop() {
   close();
+  closing_ = true;
+  run_deferred();  // what was deferred after the loop ended (or with no loop): with no handle
   ::close(wake_fd_);
 }
 
@@ -149,6 +152,7 @@ void io_loop::run() {
         closing_ = true;
         run_deferred();
         zookeeper_close(std::exchange(zh_, nullptr));
+        run_deferred();  // what its last completions deferred: with no handle
         return;
       }
       int fd = -1;

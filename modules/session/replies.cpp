@@ -54,6 +54,7 @@ namespace {
 template <class Fill>
 void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
   auto* p = static_cast<reply_state*>(const_cast<void*>(data));
+  if (here && p->owner && p->owner->loop) p->owner->loop->flush_deferred();  // others' sends first
   session_impl::unlist(*p);
   std::shared_ptr<reply_state> keep;
   fiber* parked = nullptr;

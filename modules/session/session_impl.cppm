@@ -65,12 +65,14 @@ struct session_impl;
 /// Its registry of requests in flight (see reply_state) lists every request sent on the handle and
 /// not answered yet: closing the handle answers the rest.
 struct reply_state;
+class io_loop;
 struct handle_ctx {
   handle_ctx(session_impl* s, std::uint64_t g) : impl{s}, generation{g} {}
   session_impl* impl;
   std::uint64_t generation;
   std::mutex requests_mu;
   reply_state* requests = nullptr;  ///< in flight on this handle (an intrusive list)
+  io_loop* loop = nullptr;          ///< the loop whose handle this is the context of
 };
 
 // ---- requests and their replies (replies.cpp) ------------------------------------------------------
@@ -499,6 +501,18 @@ class recursive_lock {
     owner_.store(me, std::memory_order_relaxed);
     depth_ = 1;
   }
+  bool try_lock() noexcept {
+    const int me = self();
+    if (owner_.load(std::memory_order_relaxed) == me) {
+      ++depth_;
+      return true;
+    }
+    int c = 0;
+    if (!state_.compare_exchange_strong(c, 1, std::memory_order_acquire)) return false;
+    owner_.store(me, std::memory_order_relaxed);
+    depth_ = 1;
+    return true;
+  }
   void unlock() noexcept {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);
@@ -554,6 +568,22 @@ class io_loop {
     const after_call after{*this};
     run_deferred();
     return f(closing_ ? nullptr : zh_);
+  }
+  /// Effects: as with_handle, if the loop's lock is free (or the caller holds it); else nothing.
+  /// Returns: whether `f` was called.
+  template <class F>
+  bool try_with_handle(F&& f) {
+    std::unique_lock l{mu_, std::try_to_lock};
+    if (!l) return false;
+    const after_call after{*this};
+    run_deferred();
+    f(closing_ ? nullptr : zh_);
+    return true;
+  }
+  /// Effects: on the loop's thread, in a completion: makes the calls deferred so far (a thread
+  /// that found the loop busy with completions deferred them), so they go out now, not after them.
+  void flush_deferred() {
+    if (on_loop_thread()) with_handle([](zhandle_t*) {});
   }
   /// Effects: queues `op` to be called with the handle (or nullptr once it is closing) before any
   /// later with_handle's call, or by the loop; takes no lock but its own. Throws: std::bad_alloc.

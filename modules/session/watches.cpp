@@ -48,6 +48,7 @@ extern "C" void node_watcher(zhandle_t* zh, int type, int state, const char*, vo
   if (type == ZOO_SESSION_EVENT && state != ZOO_EXPIRED_SESSION_STATE) return;
   const auto* h = static_cast<const handle_ctx*>(zoo_get_context(zh));
   if (!h) return;
+  if (h->loop) h->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
   auto woken = h->impl->watches.take(reinterpret_cast<std::uintptr_t>(ctx));
   const steps_here here;  // the acquires it wakes take their next step on this thread, as a reply's
   if (type != ZOO_DELETED_EVENT) {
