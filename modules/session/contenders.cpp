@@ -301,12 +301,14 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     return queued_node{std::move(*node), std::nullopt};
   };
   // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of its
-  // generation. The lock node's create comes first (the one-request paths below rely on its outcome).
+  // generation. Waited for last one first: replies come in the order sent, so the others are in by
+  // then (one wake-up, not three). The lock node's create is answered before the one-request paths
+  // below run (they rely on its outcome).
+  reply created, listed;
+  const int list_rc = list ? s.await_reply(list, g, &listed) : lrc;
   if (parent) prc = s.await_reply(parent, g, nullptr);
   if (!create) return one_by_one(false);  // not sent (not connected, or bad arguments)
-  reply created, listed;
   const int create_rc = s.await_reply(create, g, &created);
-  const int list_rc = list ? s.await_reply(list, g, &listed) : lrc;
   if (create_rc == ZOK) {
     if (probe) {
       s.deletable.insert(lock_path);

@@ -59,6 +59,7 @@ void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
   std::shared_ptr<reply_state> keep;
   fiber* parked = nullptr;
   std::uint64_t ticket = 0;
+  bool notify = false;
   {
     std::lock_guard l{p->m};
     p->rc = rc;
@@ -75,11 +76,13 @@ void answer(const void* data, int rc, Fill&& fill, bool here = true) noexcept {
       parked = p->parked;
       ticket = p->ticket;
     } else {
-      p->cv.notify_all();
+      notify = true;
     }
   }
-  // After p->m is let go: the step takes it when it resumes. A step that woke meanwhile (its timer)
-  // has moved to another ticket; the fiber outlives it (it is its runner's).
+  // After p->m is let go (`keep` keeps p): a thread woken while we held it would only wait for it
+  // again (a second wake-up), and the step takes it when it resumes. A step that woke meanwhile
+  // (its timer) has moved to another ticket; the fiber outlives it (it is its runner's).
+  if (notify) p->cv.notify_all();
   if (parked) fiber_wake(*parked, ticket, here);
 }
 
