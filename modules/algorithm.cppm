@@ -193,10 +193,10 @@ class attempt {
   }
 
   /// Effects: watches exactly the contender nodes `paths`: drops the watches on others (nodes that
-  /// left the queue since), arms the missing ones (all sent at once), our own node's first.
-  /// Returns: how many of the newly watched were gone already; nullopt if `deadline` passed.
-  /// Throws: as watch_nodes.
-  std::optional<std::size_t> watch_ahead(const std::vector<std::string>& paths, clock::time_point deadline) {
+  /// left the queue since), arms the missing ones (all sent at once, their replies not waited for:
+  /// a node found gone counts as deleted, see arm_watches), our own node's first.
+  /// Throws: as arm_watches.
+  void watch_ahead(const std::vector<std::string>& paths) {
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
       drop(w, false);
@@ -213,34 +213,31 @@ class attempt {
     for (const auto& p : paths)
       if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; }))
         fresh.push_back(std::make_shared<watch_slot>(p, relay_));
-    if (fresh.empty()) return 0;
+    if (fresh.empty()) return;
     sent(fresh.size());
-    const auto at = clock::now();
-    const auto seen = watch_nodes(s_, fresh, deadline);
-    if (!seen) return std::nullopt;
-    round_trips(s_).note(clock::now() - at);
-    std::size_t gone = 0;
-    for (std::size_t i = 0; i < fresh.size(); ++i) {
-      if ((*seen)[i] == node_seen::gone)
-        ++gone;
-      else
-        ahead_.push_back(std::move(fresh[i]));
-    }
-    return gone;
+    ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
+    arm_watches(s_, fresh);
+    for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
   /// Effects: forgets the watches on contenders ahead that fired. Returns: how many fired because
   /// their node was deleted; sets `other` if one fired for another reason (its node's data
   /// changed, or the session ended).
+  /// Throws: the server's refusal of a watch's request (watch_refused); a lost connection or an
+  /// ended session only sets `other` (the listing that follows waits for the next, or throws).
   std::size_t take_fired(bool& other) {
     std::size_t deleted = 0;
+    std::shared_ptr<watch_slot> failed;
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (!w->fired()) return false;
-      if (w->deleted())
+      if (w->deleted()) {
         ++deleted;
-      else
+      } else {
         other = true;
+        if (!failed && w->failure() != 0) failed = w;
+      }
       return true;
     });
+    if (failed) watch_refused(failed->path, failed->failure());
     return deleted;
   }
   /// Returns: whether our node provably stands: its watch is armed and has not fired (a deletion
@@ -250,6 +247,7 @@ class attempt {
  private:
   /// Effects: stops waiting on `w`; removes its watch unless it fired. Never throws.
   void drop(const std::shared_ptr<watch_slot>& w, bool children) noexcept {
+    w->mark_dropped();  // first: a reply still on its way removes the watch it arms (arm_watches)
     if (w->fired()) return;
     drop_watch(s_, w->path, children, w.get());
     sent();
@@ -395,10 +393,9 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       continue;
     }
     // The fast path: watch the nearest counted contenders ahead, wait for their deletions.
-    const auto gone = at.watch_ahead(targets, deadline);
-    if (!gone) co_return std::nullopt;
+    at.watch_ahead(targets);
     targets = {};
-    tally seen{ahead, limit, window, *gone};
+    tally seen{ahead, limit, window, 0};
     bool other = false;
     std::optional<wait_outcome> outcome;
     while (!(outcome = grant_on_deletion(at, seen, other)))

@@ -143,10 +143,21 @@ class watch_slot final : public wake_target {
     deleted_.store(true, std::memory_order_relaxed);  // published by wake()'s release
     wake();
   }
+  /// Effects: as wake(), for a watch whose request failed with `rc` (no watch is armed). Never throws.
+  void wake_failed(int rc) noexcept {
+    failure_.store(rc, std::memory_order_relaxed);  // published by wake()'s release
+    wake();
+  }
+  /// Effects: records that its waiter stopped waiting on it (before it drops the watch).
+  void mark_dropped() noexcept { dropped_.store(true, std::memory_order_release); }
+  /// Returns: whether its waiter stopped waiting on it.
+  bool dropped() const noexcept { return dropped_.load(std::memory_order_acquire); }
   /// Returns: whether the watch fired.
   bool fired() const noexcept { return fired_.load(std::memory_order_acquire); }
   /// Returns: whether it fired because its node was deleted (once fired() says it fired).
   bool deleted() const noexcept { return deleted_.load(std::memory_order_relaxed); }
+  /// Returns: the C client's code of the failed request that fired it, or 0 (once fired() says it fired).
+  int failure() const noexcept { return failure_.load(std::memory_order_relaxed); }
   /// The watched path.
   const std::string path;
 
@@ -154,15 +165,23 @@ class watch_slot final : public wake_target {
   std::shared_ptr<wake_relay> relay_;
   std::atomic<bool> fired_{false};
   std::atomic<bool> deleted_{false};
+  std::atomic<int> failure_{0};
+  std::atomic<bool> dropped_{false};
 };
 
 /// Effects: arms a data watch on the path of each of `slots` (waking that slot), sending every
-/// request before awaiting any reply: one round trip for all. Returns: per slot, whether its node
-/// is gone (then no watch was armed for it) or present (watched); nullopt if `deadline` passed
-/// first. On nullopt or an exception, none of the slots stays watched.
-/// Throws: std::system_error if the session fails or the server refuses a request.
-std::optional<std::vector<node_seen>> watch_nodes(session& s, const std::vector<std::shared_ptr<watch_slot>>& slots,
-                                                  clock::time_point deadline);
+/// request at once and waiting for none of their replies (the waiter waits for its watches anyway):
+/// a reply that finds the node gone wakes the slot as its deletion would (wake_deleted: no watch
+/// is armed); a request that fails wakes it with the failure (wake_failed; see watch_refused).
+/// Throws: std::system_error: session_expired or session_closed if the session's generation is
+/// over; std::bad_alloc (then none of the slots is watched).
+void arm_watches(session& s, const std::vector<std::shared_ptr<watch_slot>>& slots);
+
+/// Effects: for a watch request on `path` that failed with the C client's code `rc`
+/// (watch_slot::failure): returns if the waiter may list again and learn there what happened (a
+/// lost connection: the listing waits for the next; an ended session: the listing throws it).
+/// Throws: std::system_error: the server's refusal (e.g. errc::no_auth), naming `path`.
+void watch_refused(const std::string& path, int rc);
 
 /// Effects: `watcher` stops waiting on its watch of `path`; if it was the group's last waiter, the
 /// watch is removed from the server and the client. Never throws.

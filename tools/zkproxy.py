@@ -15,10 +15,14 @@ Control port: send one command per line, each is answered by one line "ok <state
   holdnew    current connections forward normally; new connections are accepted but held (not
              connected to the target) until "heal".  For a client that must not reconnect
              while its old connection's last requests are still to be served.
+  holdop OP  client requests are forwarded until one of ZooKeeper op code OP arrives: it and every
+             request after it (on any connection) are held, in order, until "heal"; replies and
+             events still flow.  For a reply that must arrive only after the client gave up on it.
   heal       forward normally again (held connections resume, new ones are forwarded)
   status     report the state
   held OP    how many client requests of ZooKeeper op code OP (e.g. 2 = delete) arrived while
-             blackholed, since the last "blackhole" command: answered "ok N".  Requests are the
+             blackholed, since the last "blackhole" command, or were held by "holdop" since it:
+             answered "ok N".  Requests are the
              length-prefixed frames of the client-to-server stream after its connect request.
   paths OP   the paths of those held requests of op code OP (e.g. 15 = create2), in arrival
              order: answered "ok PATH PATH ..." ("ok" alone when there are none).
@@ -51,6 +55,9 @@ class Proxy:
         self.writers = {}        # task -> list of StreamWriters to abort on cut
         self.held = {}           # op code -> paths (or None) of client requests held while blackholed
         self.waiting = 0         # new connections held unconnected (blackhole, holdnew)
+        self.hold_op = None      # holdop: the op code whose first request closes the gate
+        self.op_gate = asyncio.Event()   # open unless holdop holds the requests
+        self.op_gate.set()
 
     # -- control ---------------------------------------------------------------------------
     def set_state(self, state):
@@ -63,6 +70,8 @@ class Proxy:
             self.flowing.clear()
         if state == "normal":
             self.admitting.set()
+            self.hold_op = None
+            self.op_gate.set()
         else:
             self.admitting.clear()
         if state == "cut":
@@ -136,19 +145,25 @@ class Proxy:
             while True:
                 data = await reader.read(CHUNK)
                 held = not self.flowing.is_set()
-                for op, path in frames.feed(data):
-                    if held:
+                for op, path, frame in frames.feed(data):   # whole frames, forwarded one by one
+                    if self.hold_op is not None and op == self.hold_op and self.op_gate.is_set():
+                        self.op_gate.clear()   # this request and all after it wait for "heal"
+                    gated = not self.op_gate.is_set()
+                    if held or gated:
                         self.held.setdefault(op, []).append(path)
-                await chunks.put(data)
+                    await chunks.put((gated, frame))
                 if not data:
+                    await chunks.put((False, b""))
                     return
 
         reading = asyncio.ensure_future(read_side())
         try:
             while True:
-                data = await chunks.get()
+                gated, data = await chunks.get()
                 if not data:
                     return
+                if gated:
+                    await self.op_gate.wait()   # held by holdop
                 await self.flowing.wait()   # hold the bytes while blackholed
                 writer.write(data)
                 await writer.drain()
@@ -170,6 +185,10 @@ class Proxy:
                 if cmd in ("cut", "blackhole", "holdnew", "heal"):
                     self.set_state("normal" if cmd == "heal" else cmd)
                     reply = "ok %s\n" % self.state
+                elif cmd.startswith("holdop ") and cmd[7:].strip().isdigit():
+                    self.held = {}
+                    self.hold_op = int(cmd[7:])
+                    reply = "ok holdop\n"
                 elif cmd == "status":
                     reply = "ok %s\n" % self.state
                 elif cmd == "waiting":
@@ -190,9 +209,9 @@ class Proxy:
 
 
 class FrameCounter:
-    """Splits a client-to-server ZooKeeper stream into its length-prefixed frames and yields the op
-    code of each request (the first frame, the connect request, has none) with the path that most
-    requests carry first (None when the frame has none)."""
+    """Splits a client-to-server ZooKeeper stream into its length-prefixed frames and yields each
+    whole frame with the op code of its request (None for the first frame, the connect request) and
+    the path that most requests carry first (None when the frame has none)."""
 
     def __init__(self):
         self.buf = b""
@@ -205,17 +224,18 @@ class FrameCounter:
             n = int.from_bytes(self.buf[:4], "big", signed=True)
             if n < 0 or len(self.buf) < 4 + n:
                 break
-            frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+            raw, self.buf = self.buf[:4 + n], self.buf[4 + n:]
+            frame = raw[4:]
+            op = path = None
             if not self.seen_connect:
                 self.seen_connect = True
             elif len(frame) >= 8:
                 op = int.from_bytes(frame[4:8], "big", signed=True)  # after the xid
-                path = None
                 if len(frame) >= 12:
                     n = int.from_bytes(frame[8:12], "big", signed=True)
                     if 0 < n <= len(frame) - 12:
                         path = frame[12:12 + n].decode("utf-8", "replace")
-                ops.append((op, path))
+            ops.append((op, path, raw))
         return ops
 
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock.detail, defined: path checks, contender names, queue order, ids, ACL judgement (connect
 // strings: modules/connect_string.cpp). The ZooKeeper operations that zklock:operations declares
-// (create_and_list, watch_nodes, ...) are in modules/session/ (contenders.cpp, watches.cpp, ...).
+// (create_and_list, arm_watches, ...) are in modules/session/ (contenders.cpp, watches.cpp, ...).
 module;
 #include <array>
 #include <charconv>

@@ -452,6 +452,11 @@ class watch_registry {
   void leave(const std::string& path, const wake_target* t) noexcept {
     drop(path, false, t, [] {});
   }
+  /// Returns: whether a group of (path, children) is armed (or being armed).
+  bool watched(const std::string& path, bool children) noexcept {
+    std::lock_guard lk{mu_};
+    return open_.contains(key{path, children});
+  }
   /// Effects: forgets group `id` (its watch fired). Returns: its waiters, to wake.
   waiters take(std::uint64_t id) noexcept;
   /// Effects: wakes and forgets every group (the handle is closing or closed, the session closing).

@@ -107,6 +107,23 @@ void watch_registry::wake_all() noexcept {
 
 namespace {
 
+/// Effects: removes this session's watches of `path` (children or data) from the server and the
+/// client, holding the loop's lock of the handle `zh` (nullptr: closing, nothing to do).
+void remove_watches(session_impl& s, zhandle_t* zh, const std::string& path, bool children) noexcept {
+  // Removing one watcher only checks it on the server (the server keeps one watch per path and kind
+  // for the connection): remove them all, which are ours alone. Connected: ask the server
+  // (answered later; the client forgets its watcher with the answer). Otherwise forget it locally
+  // only (local=1 does no I/O and calls no completion), so that a reconnect does not re-arm it. The
+  // header declares the completion as void_completion_t*, but the client stores and calls the
+  // pointer it is given as the function itself.
+  static constexpr void_completion_t ignore_reply = [](int, const void*) {};
+  if (!zh || s.states.view().closed) return;
+  const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
+  const bool connected = zoo_state(zh) == ZOO_CONNECTED_STATE;
+  zoo_aremove_all_watches(zh, path.c_str(), type, connected ? 0 : 1, reinterpret_cast<void_completion_t*>(ignore_reply),
+                          nullptr);
+}
+
 /// Effects: arms a data watch on `path` waking `watcher` (none if the node is missing).
 /// Returns: whether the node is gone or present; nullopt if `deadline` passed.
 /// Throws: std::system_error (session_expired, session_closed, the server's refusal).
@@ -157,94 +174,97 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
     if (!loop) return;
     try {
       loop->defer([&s, p = path, children](zhandle_t* zh) {
-        // Removing one watcher only checks it on the server (the server keeps one watch per path
-        // and kind for the connection): remove them all, which are ours alone. Connected: ask the
-        // server (answered later; the client forgets its watcher with the answer). Otherwise forget
-        // it locally only (local=1 does no I/O and calls no completion), so that a reconnect does
-        // not re-arm it. The header declares the completion as void_completion_t*, but the client
-        // stores and calls the pointer it is given as the function itself.
-        static constexpr void_completion_t ignore_reply = [](int, const void*) {};
-        if (!zh || s.states.view().closed) return;
-        const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
-        const bool connected = zoo_state(zh) == ZOO_CONNECTED_STATE;
-        zoo_aremove_all_watches(zh, p.c_str(), type, connected ? 0 : 1,
-                                reinterpret_cast<void_completion_t*>(ignore_reply), nullptr);
+        remove_watches(s, zh, p, children);
       });  // sent by the next request on the handle, or by the loop, which defer wakes
     } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
     }
   });
 }
 
-std::optional<std::vector<node_seen>> watch_nodes(session& sess, const std::vector<std::shared_ptr<watch_slot>>& slots,
-                                                  clock::time_point deadline) {
-  session_impl& s = impl_of(sess);
-  const std::size_t n = slots.size();
-  const call_name watching{"zklock: watching ", n ? std::string_view{slots.front()->path} : "contenders"};
-  const std::uint64_t g = s.states.live_generation(watching);
-  std::vector<node_seen> seen(n, node_seen::present);
-  std::vector<std::uint64_t> groups(n, 0);  // non-zero: the slot is in this group
-  // Any way out but success leaves none of the slots watched.
-  bool done = false;
-  struct undo {
-    session& sess;
-    const std::vector<std::shared_ptr<watch_slot>>& slots;
-    std::vector<std::uint64_t>& groups;
-    bool& done;
-    ~undo() {
-      if (done) return;
-      for (std::size_t i = 0; i < slots.size(); ++i)
-        if (groups[i]) drop_watch(sess, slots[i]->path, false, slots[i].get());
-    }
-  } guard{sess, slots, groups, done};
-  for (std::size_t i = 0; i < n; ++i) groups[i] = s.watches.join(slots[i]->path, false, slots[i]);
+namespace {
 
-  std::vector<std::size_t> todo(n);
-  for (std::size_t i = 0; i < n; ++i) todo[i] = i;
-  std::vector<int> rcs(n, ZSYSTEMERROR);
-  std::vector<std::shared_ptr<reply_state>> sent(n);
-  while (!todo.empty()) {
-    if (const auto loop = s.live_loop(g, watching)) {
-      loop->with_handle([&](zhandle_t* zh) {
-        for (const std::size_t i : todo) {
-          // getData, not exists: on a missing node it leaves no watch behind. Not sent: rcs[i] is
-          // decided below as if it were the reply.
-          sent[i] = session_impl::send_locked(
-              *loop, zh,
-              [&](zhandle_t* h, const void* d) {
-                return zoo_awget(h, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &reply_to::on_data, d);
-              },
-              rcs[i]);
-        }
-      });
-    } else {
-      for (const std::size_t i : todo) rcs[i] = ZINVALIDSTATE;  // given up: as the client answers an expired handle
-    }
-    // Every sent request gets its reply: the server's, ZCONNECTIONLOSS / ZCLOSING, or the end of
-    // its generation (then check_live below says which).
-    for (const std::size_t i : todo)
-      if (sent[i]) rcs[i] = s.await_reply(std::exchange(sent[i], nullptr), g, nullptr);
-    if (std::ranges::any_of(todo, [&](std::size_t i) { return rcs[i] == ZINVALIDSTATE || rcs[i] == ZCLOSING; }))
-      s.states.check_live(g, watching);
-    std::vector<std::size_t> again;
-    for (const std::size_t i : todo) {
-      const int rc = rcs[i];
-      const call_name what{"zklock: watching ", slots[i]->path, "READ", slots[i]->path};
-      if (rc == ZOK) continue;
-      if (rc == ZNONODE) {  // gone already: nothing armed
-        seen[i] = node_seen::gone;
-        s.watches.leave(slots[i]->path, slots[i].get());
-        groups[i] = 0;
-      } else if (!answered(rc, what)) {
-        again.push_back(i);
-      } else {
-        fail(rc, what);
-      }
-    }
-    todo = std::move(again);
-    if (!todo.empty() && !s.states.wait_connected(deadline, g, watching)) return std::nullopt;
+/// The context of a watch request whose reply no waiter waits for: the slot it arms, and the loop
+/// whose thread runs the completion.
+struct slot_watch_box {
+  session_impl* s;
+  io_loop* loop;
+  std::shared_ptr<watch_slot> slot;
+  clock::time_point sent;
+};
+
+extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat*, const void* data) {
+  std::unique_ptr<slot_watch_box> box{static_cast<slot_watch_box*>(const_cast<void*>(data))};
+  if (rc == ZOK || rc == ZNONODE) box->s->round_trips.note(clock::now() - box->sent);  // a read's latency
+  if (rc == ZOK) {  // armed: its event wakes the slot
+    // Unless its waiter dropped it while the request was on its way: the drop found no watch to
+    // remove (the client arms it with this reply, just before this call). Removed now, unless
+    // another waiter of the session watches the node (its request, sent later, arms the same watch).
+    if (box->slot->dropped() && !box->s->watches.watched(box->slot->path, false))
+      box->loop->with_handle([&](zhandle_t* zh) { remove_watches(*box->s, zh, box->slot->path, false); });
+    return;
   }
-  done = true;
-  return seen;
+  box->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
+  box->s->watches.leave(box->slot->path, box->slot.get());  // nothing armed
+  const steps_here here;  // an acquire it wakes takes its next step on this thread, as a reply's
+  if (rc == ZNONODE)
+    box->slot->wake_deleted();  // gone already: as if deleted now
+  else
+    box->slot->wake_failed(rc);
+}
+
+}  // namespace
+
+void arm_watches(session& sess, const std::vector<std::shared_ptr<watch_slot>>& slots) {
+  session_impl& s = impl_of(sess);
+  if (slots.empty()) return;
+  const call_name watching{"zklock: watching ", slots.front()->path};
+  const std::uint64_t g = s.states.live_generation(watching);
+  std::vector<std::unique_ptr<slot_watch_box>> boxes;
+  boxes.reserve(slots.size());
+  std::vector<std::uint64_t> groups;
+  groups.reserve(slots.size());
+  std::vector<int> rcs(slots.size(), ZINVALIDSTATE);  // not sent: as the client answers an expired handle
+  try {
+    for (const auto& slot : slots) {
+      groups.push_back(s.watches.join(slot->path, false, slot));
+      boxes.push_back(std::make_unique<slot_watch_box>(slot_watch_box{&s, nullptr, slot, {}}));
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < groups.size(); ++i) s.watches.leave(slots[i]->path, slots[i].get());
+    throw;
+  }
+  std::shared_ptr<io_loop> loop;
+  try {
+    loop = s.live_loop(g, watching);
+  } catch (...) {  // the generation ended meanwhile
+    for (const auto& slot : slots) s.watches.leave(slot->path, slot.get());
+    throw;
+  }
+  if (loop) {
+    loop->with_handle([&](zhandle_t* zh) {
+      const auto now = clock::now();
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        boxes[i]->loop = loop.get();
+        boxes[i]->sent = now;
+        // getData, not exists: on a missing node it leaves no watch behind.
+        rcs[i] = zh ? zoo_awget(zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &on_slot_watch,
+                                boxes[i].get())
+                    : static_cast<int>(ZINVALIDSTATE);
+        if (rcs[i] == ZOK) boxes[i].release();  // owned by the completion now, which always comes
+      }
+    });
+  }
+  // Not sent: the slot fires with the failure at once (its waiter lists again and learns there).
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (rcs[i] == ZOK) continue;
+    s.watches.leave(slots[i]->path, slots[i].get());
+    slots[i]->wake_failed(rcs[i]);
+  }
+}
+
+void watch_refused(const std::string& path, int rc) {
+  if (rc == ZNONODE || meaning_of(rc) != rc_meaning::answered) return;
+  fail(rc, call_name{"zklock: watching ", path, "READ", path});
 }
 
 // ---- the holder's watch on its own node ------------------------------------------------------------

@@ -870,6 +870,44 @@ TEST(FaultInjection, AFarSessionsAsyncAcquireQueuesAgainOnlyOnceItsReleaseIsAnsw
 
 TEST(FaultInjection, ANearSessionQueuesAgainRightBehindItsRelease) { release_then_queue_again_behind_a_blackhole(again::near); }
 
+// A waiter does not wait for the replies of its watches on the contenders ahead (their events, and
+// a reply that finds a node gone, wake it). One whose wait ends while such a reply is still on its
+// way drops the watch before the reply arms it: once the reply comes, no watch of the ended try may
+// stay on the server (the drop's removal goes out behind the watch's request; should the client not
+// send it, the reply's completion removes the watch). The proxy holds the session's requests from
+// its first watch on (getData, op code 4) until the try has ended.
+TEST(FaultInjection, AWatchDroppedBeforeItsReplyCameIsRemovedWhenItComes) {
+  zkt::private_server zk;
+  zk_proxy proxy{zk.connect()};
+  const auto path = zkt::unique_path("fi-dropped-watch");
+  zkt::create_path(path);
+  auto watches = [&] { return zkt::mntr(zk.connect())["zk_watch_count"]; };
+  zklock::session holder_s{opts(zk.connect(), scaled(30s))};
+  bounded_mutex holder{holder_s, path};
+  holder.lock();
+  auto o = opts(proxy.connect(), scaled(30s));
+  o.background_release = true;  // the try's delete waits in the proxy too: not for its reply
+  zklock::session s{o};
+  bounded_mutex m{s, path};
+  const double before = watches();
+
+  ASSERT_EQ(proxy.command("holdop 4"), "ok holdop");
+  EXPECT_FALSE(m.try_lock_for(scaled(300ms)));
+  // Its own node's watch and the holder's: both were sent, neither answered when the try ended.
+  EXPECT_EQ(proxy.command("held 4"), "ok 2");
+  EXPECT_EQ(proxy.command("heal"), "ok normal");
+  // The try's delete follows its watches: once its node is gone, the server has armed them both.
+  EXPECT_TRUE(await_children(path, 1)) << "the try's node stayed";
+  const auto until = steady_clock::now() + scaled(30s);
+  while (watches() != before && steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);  // polling the server for the removal
+  EXPECT_EQ(watches(), before) << "the watch of the ended try stayed on the server";
+  holder.unlock();
+  EXPECT_TRUE(m.try_lock_for(scaled(30s)));  // the session still works
+  m.unlock();
+  EXPECT_TRUE(await_children(path, 0));
+}
+
 // 3. A create whose reply never arrives. The server is paused, then lock() sends its create, which
 // waits in the server's socket; the client gives the connection up (outcome unknown). A proxy in
 // front of the server holds the client's reconnect while the server resumes and executes the
