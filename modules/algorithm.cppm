@@ -216,7 +216,7 @@ class attempt {
     if (fresh.empty()) return;
     sent(fresh.size());
     ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
-    arm_watches(s_, fresh);
+    arm_watches(s_, node_.generation, fresh);  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
   /// Effects: forgets the watches on contenders ahead that fired. Returns: how many fired because

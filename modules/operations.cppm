@@ -169,13 +169,15 @@ class watch_slot final : public wake_target {
   std::atomic<bool> dropped_{false};
 };
 
-/// Effects: arms a data watch on the path of each of `slots` (waking that slot), sending every
-/// request at once and waiting for none of their replies (the waiter waits for its watches anyway):
-/// a reply that finds the node gone wakes the slot as its deletion would (wake_deleted: no watch
-/// is armed); a request that fails wakes it with the failure (wake_failed; see watch_refused).
-/// Throws: std::system_error: session_expired or session_closed if the session's generation is
+/// Effects: arms a data watch on the path of each of `slots` (waking that slot) on the session's
+/// generation `generation` (the waiter's node's: a watch on a later session's handle would wait
+/// for contenders ahead of a node that went with its session), sending every request at once and
+/// waiting for none of their replies (the waiter waits for its watches anyway): a reply that finds
+/// the node gone wakes the slot as its deletion would (wake_deleted: no watch is armed); a request
+/// that fails wakes it with the failure (wake_failed; see watch_refused).
+/// Throws: std::system_error: session_expired or session_closed if generation `generation` is
 /// over; std::bad_alloc (then none of the slots is watched).
-void arm_watches(session& s, const std::vector<std::shared_ptr<watch_slot>>& slots);
+void arm_watches(session& s, std::uint64_t generation, const std::vector<std::shared_ptr<watch_slot>>& slots);
 
 /// Effects: for a watch request on `path` that failed with the C client's code `rc`
 /// (watch_slot::failure): returns if the waiter may list again and learn there what happened (a

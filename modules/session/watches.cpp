@@ -214,11 +214,11 @@ extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat*, cons
 
 }  // namespace
 
-void arm_watches(session& sess, const std::vector<std::shared_ptr<watch_slot>>& slots) {
+void arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_ptr<watch_slot>>& slots) {
   session_impl& s = impl_of(sess);
   if (slots.empty()) return;
   const call_name watching{"zklock: watching ", slots.front()->path};
-  const std::uint64_t g = s.states.live_generation(watching);
+  s.states.check_live(g, watching);  // (not the live generation: the waiter's node is of `g`)
   std::vector<std::unique_ptr<slot_watch_box>> boxes;
   boxes.reserve(slots.size());
   std::vector<std::uint64_t> groups;
