@@ -352,6 +352,114 @@ TEST(SessionExpiry, WithoutAutomaticReestablishmentItStaysExpired) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+/// A wake-up policy whose waiter, the first time one is made after arm(), holds up the acquire
+/// making it until go(): an attempt makes its waiter right after its create and listing, before it
+/// watches the contenders ahead, so a test can end the session exactly there.
+struct paused_wakeup {
+  static constexpr bool fresh_per_wait = false;
+  class waiter final : public zklock::wake_target {
+   public:
+    waiter() {
+      std::unique_lock lk{gate().mu};
+      if (!std::exchange(gate().armed, false)) return;
+      gate().paused = true;
+      gate().cv.notify_all();
+      gate().cv.wait(lk, [] { return gate().open; });
+    }
+    void wake() noexcept override { inner_.wake(); }
+    void reset() { inner_.reset(); }
+    bool wait_until(std::chrono::steady_clock::time_point d) { return inner_.wait_until(d); }
+
+   private:
+    zklock::wake_condition_variable::waiter inner_;
+  };
+  /// Effects: the next waiter made pauses its acquire.
+  static void arm() {
+    std::lock_guard lk{gate().mu};
+    gate().armed = true;
+    gate().paused = gate().open = false;
+  }
+  /// Returns: whether an acquire paused within `limit`.
+  static bool await_paused(std::chrono::milliseconds limit) {
+    std::unique_lock lk{gate().mu};
+    return gate().cv.wait_for(lk, limit, [] { return gate().paused; });
+  }
+  /// Effects: lets the paused acquire (if any) go on; no later one pauses.
+  static void go() {
+    {
+      std::lock_guard lk{gate().mu};
+      gate().armed = false;
+      gate().open = true;
+    }
+    gate().cv.notify_all();
+  }
+
+ private:
+  struct gate_state {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool armed = false, paused = false, open = false;
+  };
+  static gate_state& gate() {
+    static gate_state g;
+    return g;
+  }
+};
+
+// A waiter whose session ends between its listing and its watches (held there until the next
+// session is connected) queues again on the next session. It must not arm its watches on the new
+// session's handle: it would wait there, unseen by the queue, for contenders ahead of a node that
+// went with the old session (it did, until bba099f; seen as a rare CI failure of the CLI's
+// CliFaults.WaiterWhoseSessionExpiresQueuesAgainAndRunsCommand).
+TEST(SessionExpiry, AWaiterWhoseSessionEndsBeforeItWatchesQueuesAgainOnTheNext) {
+  const auto path = zkt::unique_path("expiry-before-watch");
+  zklock::session holder_s{zkt::options()};
+  zklock::mutex holder{holder_s, path};
+  holder.lock();
+  zklock::session s{zkt::options()};
+  zklock::basic_mutex<zklock::policies_with<paused_wakeup>> m{s, path};
+  const auto first = s.generation();
+  paused_wakeup::arm();
+  std::atomic<int> got{-1};
+  std::thread waiter{[&] {
+    try {
+      const bool locked = m.try_lock_for(4 * patience);
+      if (locked) m.unlock();  // (by the thread that holds it, as for std::mutex)
+      got = locked ? 1 : 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "try_lock_for threw: %s\n", e.what());
+      got = 2;
+    }
+  }};
+  // No ASSERT until the thread is joined: each step runs only if the one before it worked.
+  const bool paused = paused_wakeup::await_paused(patience);
+  EXPECT_TRUE(paused) << "the acquire never made its waiter";
+  const bool queued = paused && zkt::children(path).size() == 2;
+  EXPECT_TRUE(queued) << "not queued behind the holder when its waiter was made";
+  const bool expired = queued && zkt::expire(s);
+  EXPECT_TRUE(expired);
+  const bool next = expired && s.wait_for(session_state::connected, patience) && s.generation() > first;
+  EXPECT_TRUE(next) << "no next session";
+  paused_wakeup::go();
+  bool again = false;
+  if (next) {
+    const auto until = steady::now() + patience;
+    while (!again && steady::now() < until) {
+      for (const auto& kid : zkt::children(path))
+        if (zkt::stat_node(path + "/" + kid).ephemeral_owner == static_cast<std::int64_t>(s.id())) again = true;
+      if (!again) std::this_thread::sleep_for(10ms);  // polling the server, not a synchronisation
+    }
+  }
+  EXPECT_TRUE(again) << "the waiter did not queue again on its next session";
+  holder.unlock();
+  waiter.join();
+  EXPECT_EQ(got.load(), 1);
+  std::string left;
+  for (const auto& kid : zkt::children(path))
+    left += kid + " (session " + std::to_string(zkt::stat_node(path + "/" + kid).ephemeral_owner) + ") ";
+  EXPECT_EQ(left, "") << "holder " << holder_s.id() << ", waiter " << s.id();
+}
+
 // ---- on_live_session: the same work again on the next session ----------------------------------------------
 
 /// Throws: std::system_error(errc::session_expired), as a call does whose session ended under it.
