@@ -27,6 +27,10 @@
 //   client_log.cpp      the C client's log routing
 //   runner.cpp          the runner of asynchronous acquires (zklock:step), started on first use
 module;
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -481,9 +485,10 @@ class watch_registry {
 /// A recursive mutex owned by the operating system's thread that locks it, whichever fiber runs
 /// there: the I/O loop holds it while the client runs completions, and those resume steps of
 /// asynchronous acquires on fibers of that thread, which send (so lock it again). Built on an
-/// atomic (a futex-style lock: 0 free, 1 locked, 2 locked with waiters), which also keeps
-/// ThreadSanitizer's view right: it takes a fiber for a thread of its own, and would report a
-/// pthread mutex locked again by a fiber of the thread that holds it as a double lock.
+/// atomic and the futex call (a futex-style lock: 0 free, 1 locked, 2 locked with waiters),
+/// which also keeps ThreadSanitizer's view right: it takes a fiber for a thread of its own, and
+/// would report a pthread mutex locked again by a fiber of the thread that holds it as a double
+/// lock.
 class recursive_lock {
  public:
   recursive_lock() = default;
@@ -499,7 +504,7 @@ class recursive_lock {
     if (!state_.compare_exchange_strong(c, 1, std::memory_order_acquire)) {
       if (c != 2) c = state_.exchange(2, std::memory_order_acquire);
       while (c != 0) {
-        state_.wait(2, std::memory_order_relaxed);
+        futex(FUTEX_WAIT_PRIVATE, 2);
         c = state_.exchange(2, std::memory_order_acquire);
       }
     }
@@ -521,10 +526,17 @@ class recursive_lock {
   void unlock() noexcept {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);
-    if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
+    if (state_.exchange(0, std::memory_order_release) == 2) futex(FUTEX_WAKE_PRIVATE, 1);
   }
 
  private:
+  /// The futex call itself, not std::atomic::wait: libstdc++'s wait spins with sched_yield()
+  /// first, and with 32 sessions' callers and loops on two cores each yield was a context switch
+  /// (7 % of them in the contended benchmark at 32 clients).
+  void futex(int op, int value) noexcept {
+    static_assert(sizeof(std::atomic<int>) == sizeof(int));
+    ::syscall(SYS_futex, reinterpret_cast<int*>(&state_), op, value, nullptr, nullptr, 0);
+  }
   /// Returns: the calling thread's id (never 0).
   static int self() noexcept {
     static std::atomic<int> next{1};
