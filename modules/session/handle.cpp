@@ -12,6 +12,7 @@ module;
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -29,8 +30,10 @@ module;
 #include <unordered_set>
 #include <utility>
 #include <vector>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
@@ -43,6 +46,22 @@ namespace zklock::detail {
 // The C client's internal flush (zklock's private copy; not in its public header): writes what the
 // socket takes of the queued requests. Returns: < 0 if a write failed (the socket is broken).
 extern "C" int zklock_zk_flush_send_queue(zhandle_t* zh, int timeout);
+
+/// The C client's send(2) (cmake/zklockPrivateClient.cmake renames its one call to this): it writes
+/// each request as its 4-byte length and then the request, two writes, and with Nagle's algorithm
+/// off (TCP_NODELAY) each went out as a packet of its own, one more for the server to take in too.
+/// A length prefix goes with MSG_MORE instead: the kernel holds it until the request's own write,
+/// which sends both. (The client's other 4-byte write, "isro" when it probes a read-only server,
+/// reads as a length no request has, and goes at once.)
+extern "C" ssize_t zklock_zk_sys_send(int fd, const void* buf, std::size_t len, int flags) {
+  constexpr std::uint32_t longest_request = 64u << 20;  // far above the server's limit (jute.maxbuffer)
+  if (len == 4) {
+    std::uint32_t prefix;
+    std::memcpy(&prefix, buf, sizeof prefix);
+    if (ntohl(prefix) <= longest_request) flags |= MSG_MORE;
+  }
+  return ::send(fd, buf, len, flags);
+}
 
 /// Replaces the single-threaded client's own (see cmake/zklockPrivateClient.cmake): called by every
 /// request right after it is queued (timeout 0), by a ping, and by zookeeper_close (3000 ms). A
