@@ -126,7 +126,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   warm_up(m);
   holder.lock();
   scale::raw_view raw{o.connect};
-  const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
+  const long long watches0 = scale::watch_count(o.connect);
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
@@ -137,7 +137,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
     m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);  // main's thread is free again from here
   poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender", limit);
-  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
+  poll_until([&] { return scale::watch_count(o.connect) >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const double fill_cpu_us = scale::cpu_us() - cpu0;  // with the polls' few queries
   const auto rss_pending = scale::rss_bytes();
@@ -198,8 +198,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const double hold_ms = ms_since(t_hold);
   const double hold_cpu_us = scale::cpu_us() - hold_cpu0;
   if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
-  const long long watches0 = scale::mntr(o.connect, "zk_watch_count");
-  const long long ephemerals0 = scale::mntr(o.connect, "zk_ephemerals_count");
+  const long long watches0 = scale::watch_count(o.connect);
   outcomes out{n};
 
   const auto rss0 = scale::rss_bytes();
@@ -210,11 +209,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
     locks[static_cast<std::size_t>(i)]->async_lock(
         [&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);
-  // every waiter's contender is on the server (one more ephemeral node each: one mntr per poll, not
-  // a listing per path, which would cap the rate measured at one path per round trip), and at least
-  // one more watch per waiter is armed
-  poll_until([&] { return scale::mntr(o.connect, "zk_ephemerals_count") >= ephemerals0 + n; }, "saw every contender", limit);
-  poll_until([&] { return scale::mntr(o.connect, "zk_watch_count") >= watches0 + n; }, "saw every watch armed", limit);
+  // until every waiter is listed and watched: each arms two exists watches, on its own node (the
+  // hold's loss watch, sent first) and on its holder's, once its create and listing are answered;
+  // one cheap "wchs" per poll (not a listing per path, which would cap the rate measured at one path
+  // per round trip; not "mntr", see scale::watch_count)
+  poll_until([&] { return scale::watch_count(o.connect) >= watches0 + 2LL * n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const double fill_cpu_us = scale::cpu_us() - cpu0;
   const auto rss_pending = scale::rss_bytes();
