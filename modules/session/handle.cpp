@@ -31,6 +31,8 @@ module;
 #include <utility>
 #include <vector>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -52,10 +54,41 @@ extern "C" int zklock_zk_flush_send_queue(zhandle_t* zh, int timeout);
 /// off (TCP_NODELAY) each went out as a packet of its own, one more for the server to take in too.
 /// A length prefix goes with MSG_MORE instead: the kernel holds it until the request's own write,
 /// which sends both. (The client's other 4-byte write, "isro" when it probes a read-only server,
-/// reads as a length no request has, and goes at once.)
+/// reads as a length no request has, and goes at once.) While the I/O loop's thread runs a batch of
+/// completions (send_batch, below), every write goes with MSG_MORE: the requests that the batch's
+/// steps send leave together when it ends, in as few packets as they fill.
+namespace {
+thread_local bool t_batching = false;  // this thread runs a send_batch
+thread_local int t_held_fd = -1;       // a socket to which it wrote with MSG_MORE meanwhile
+}  // namespace
+
+/// Effects: from now on this thread's writes through zklock_zk_sys_send are held (MSG_MORE).
+extern "C" void zklock_zk_send_batch_begin() noexcept { t_batching = true; }
+
+/// Effects: ends the thread's batch: sends at once what its writes left held.
+extern "C" void zklock_zk_send_batch_end() noexcept {
+  t_batching = false;
+  if (const int fd = std::exchange(t_held_fd, -1); fd >= 0) {
+    // Setting TCP_NODELAY (on already) pushes the frames held. (A socket the client closed
+    // meanwhile was forgotten: zklock_zk_sys_close.)
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  }
+}
+
+/// The C client's close(2) (renamed as its send): a socket closed while a batch holds writes to it
+/// is forgotten first, so that the batch's end does not touch a descriptor reused meanwhile.
+extern "C" int zklock_zk_sys_close(int fd) {
+  if (fd == t_held_fd) t_held_fd = -1;
+  return ::close(fd);
+}
+
 extern "C" ssize_t zklock_zk_sys_send(int fd, const void* buf, std::size_t len, int flags) {
   constexpr std::uint32_t longest_request = 64u << 20;  // far above the server's limit (jute.maxbuffer)
-  if (len == 4) {
+  if (t_batching) {
+    t_held_fd = fd;
+    flags |= MSG_MORE;
+  } else if (len == 4) {
     std::uint32_t prefix;
     std::memcpy(&prefix, buf, sizeof prefix);
     if (ntohl(prefix) <= longest_request) flags |= MSG_MORE;
@@ -76,6 +109,18 @@ extern "C" int zklock_zk_adaptor_send_queue(zhandle_t* zh, int timeout) {
 
 namespace {
 thread_local const io_loop* t_loop = nullptr;  // the loop whose thread this is
+
+/// While it lives, the thread's writes to a socket are held (MSG_MORE, see zklock_zk_sys_send); its
+/// end sends what they left held at once. For the loop's turns: one reply batch can resume hundreds
+/// of asynchronous steps, each sending a request or two, which otherwise left as a packet each (a
+/// wake-up each for the server, and for anything between).
+class send_batch {
+ public:
+  send_batch() noexcept { zklock_zk_send_batch_begin(); }
+  ~send_batch() { zklock_zk_send_batch_end(); }
+  send_batch(const send_batch&) = delete;
+  send_batch& operator=(const send_batch&) = delete;
+};
 /// The longest the loop polls without looking at the handle again (a safety net: a send whose tail
 /// the socket did not take wakes it at once, see nudge).
 constexpr int max_poll_ms = 1000;
@@ -205,6 +250,7 @@ void io_loop::run() {
     std::lock_guard l{mu_};
     fd_ = -1;  // until the next interest: callers leave the socket to the loop meanwhile
     if (stop_.load()) continue;  // closes above
+    const send_batch batch;
     run_deferred();
     zookeeper_process(zh_, events);
   }

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C client's send(2), as zklock routes it (modules/session/handle.cpp, zklock_zk_sys_send): a
-// request's 4-byte length prefix leaves in one packet with the request. Counted by the kernel
-// (TCP_INFO's data segments) on a loopback connection with Nagle's algorithm off, as the client's.
+// request's 4-byte length prefix leaves in one packet with the request, and the requests that a
+// batch of the I/O loop's completions sends leave together when the batch ends. Counted by the
+// kernel (TCP_INFO's data segments) on a loopback connection with Nagle's algorithm off, as the
+// client's.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,9 @@
 #include <unistd.h>
 
 extern "C" ssize_t zklock_zk_sys_send(int fd, const void* buf, std::size_t len, int flags);
+extern "C" int zklock_zk_sys_close(int fd);
+extern "C" void zklock_zk_send_batch_begin() noexcept;
+extern "C" void zklock_zk_send_batch_end() noexcept;
 
 namespace {
 
@@ -103,4 +108,44 @@ TEST(RequestPackets, OtherFourByteWritesGoAtOnce) {
   ASSERT_EQ(zklock_zk_sys_send(c.client, "isro", 4, MSG_NOSIGNAL), 4);
   EXPECT_EQ(c.segments() - before, 1u);
   EXPECT_EQ(c.read(4), "isro");
+}
+
+TEST(RequestPackets, ABatchsRequestsLeaveTogetherWhenItEnds) {
+  tcp_pair c;
+  const std::string request(60, 'r');
+  const auto prefix = prefix_of(request);
+  const auto before = c.segments();
+  zklock_zk_send_batch_begin();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(zklock_zk_sys_send(c.client, prefix.data(), prefix.size(), MSG_NOSIGNAL), 4);
+    ASSERT_EQ(zklock_zk_sys_send(c.client, request.data(), request.size(), MSG_NOSIGNAL), 60);
+  }
+  EXPECT_EQ(c.segments() - before, 0u);  // all held until the batch ends
+  zklock_zk_send_batch_end();
+  EXPECT_EQ(c.segments() - before, 1u);
+  const std::string one = std::string(prefix.data(), 4) + request;
+  EXPECT_EQ(c.read(3 * 64), one + one + one);
+  // after the batch, writes go as before: the prefix waits for its request only
+  ASSERT_EQ(zklock_zk_sys_send(c.client, "isro", 4, MSG_NOSIGNAL), 4);
+  EXPECT_EQ(c.segments() - before, 2u);
+  EXPECT_EQ(c.read(4), "isro");
+}
+
+TEST(RequestPackets, ASocketClosedInABatchIsLeftAlone) {
+  tcp_pair c;
+  const std::string request(60, 'r');
+  zklock_zk_send_batch_begin();
+  ASSERT_EQ(zklock_zk_sys_send(c.client, request.data(), request.size(), MSG_NOSIGNAL), 60);
+  const int closed = c.client;
+  ASSERT_EQ(zklock_zk_sys_close(closed), 0);
+  const int fresh = ::socket(AF_INET, SOCK_STREAM, 0);  // another socket, under the number just closed
+  ASSERT_GE(fresh, 0);
+  ASSERT_EQ(::dup2(fresh, closed), closed);
+  ::close(fresh);
+  c.client = closed;
+  zklock_zk_send_batch_end();  // must not touch the new socket: Nagle's algorithm stays on there
+  int nodelay = -1;
+  socklen_t n = sizeof nodelay;
+  ASSERT_EQ(::getsockopt(c.client, IPPROTO_TCP, TCP_NODELAY, &nodelay, &n), 0);
+  EXPECT_EQ(nodelay, 0);
 }
