@@ -51,7 +51,7 @@ inline long long mntr(const std::string& zk, const std::string& key) {
 }
 
 /// Returns: the number after `label` in the answer of the four-letter word `word` from the first
-/// host of `zk` ("Node count:" of "srvr", "Total watches:" of "wchs"), or -1.
+/// host of `zk` (e.g. "Total watches:" of "wchs"), or -1.
 inline long long four_letter_number(const std::string& zk, std::string_view word, std::string_view label) {
   const std::string answer = zkt::four_letter_to(zk, word);
   const auto at = answer.find(label);
@@ -59,12 +59,9 @@ inline long long four_letter_number(const std::string& zk, std::string_view word
   return std::stoll(answer.substr(at + label.size()));
 }
 
-/// The server's numbers that a poll reads while acquires queue. Not "mntr": on a server holding
-/// tens of thousands of nodes one "mntr" costs it about 4.5 ms of CPU (its 500 lines of metrics),
-/// and a poll every 20 ms took a fifth of a core from the server under measurement; "srvr" and
-/// "wchs" cost it about 0.3 ms.
-/// Returns: the server's node count ("srvr"), or -1.
-inline long long node_count(const std::string& zk) { return four_letter_number(zk, "srvr", "Node count:"); }
+/// What a poll reads while acquires queue. Not "mntr": on a server holding tens of thousands of
+/// nodes one "mntr" costs it about 4.5 ms of CPU (its 500 lines of metrics), and a poll every 20 ms
+/// took a fifth of a core from the server under measurement; "wchs" costs it about 0.3 ms.
 /// Returns: the server's data watches, as (path, connection) pairs ("wchs": what exists watches
 /// arm), or "mntr"'s zk_watch_count (data and child watches) where "wchs" is not allowed; -1 if neither.
 inline long long watch_count(const std::string& zk) {

@@ -125,7 +125,7 @@ TEST(RequestPackets, ABatchsRequestsLeaveTogetherWhenItEnds) {
   EXPECT_EQ(c.segments() - before, 1u);
   const std::string one = std::string(prefix.data(), 4) + request;
   EXPECT_EQ(c.read(3 * 64), one + one + one);
-  // after the batch, writes go as before: the prefix waits for its request only
+  // after the batch, writes go at once again (a 4-byte write that is no length prefix)
   ASSERT_EQ(zklock_zk_sys_send(c.client, "isro", 4, MSG_NOSIGNAL), 4);
   EXPECT_EQ(c.segments() - before, 2u);
   EXPECT_EQ(c.read(4), "isro");
