@@ -123,6 +123,12 @@ class lock_hold {
     held("fencing_token()");
     return h_.node.czxid;
   }
+  /// Returns: the hold's fence: its node and fencing token, for guarded writes
+  /// (session::commit_if_held). Throws: std::system_error(errc::not_held) if empty.
+  zklock::fence fence() const {
+    held("fence()");
+    return {h_.node.path, h_.node.czxid};
+  }
   /// Returns: a token that fires when the hold can no longer be guaranteed (as
   /// basic_mutex::lost_token; the first call arms a watch on its node). Throws:
   /// std::system_error(errc::not_held) if empty.

@@ -69,7 +69,7 @@ class category final : public std::error_category {
       case errc::chroot_missing: return "the chroot node of the connect string does not exist";
       case errc::session_closed: return "the session is closed";
       case errc::lock_timeout: return "timed out waiting for the lock";
-      case errc::lock_lost: return "the caller's earlier hold of this lock was lost; unlock it first";
+      case errc::lock_lost: return "the hold was lost";
       case errc::not_held: return "the lock is not held by the caller";
       case errc::lease_count_mismatch: return "semaphore opened with a lease count other than the stored one";
       case errc::cancelled: return "asynchronous acquire cancelled by its stop token";

@@ -69,7 +69,8 @@ enum class errc : int {
                            ///< policy's bound; an asynchronous acquire reached its wait_context's
                            ///< deadline or that bound
   lock_lost = 5,           ///< the caller locks again (a re-entrant policy) while its earlier hold
-                           ///< of the lock object is lost: unlock it first
+                           ///< of the lock object is lost: unlock it first; or a guarded write
+                           ///< (session::commit_if_held) found the hold's node gone: nothing written
   not_held = 6,            ///< a call that needs the caller's hold (fencing_token(), lost_token())
                            ///< found none; the error_code overloads of unlock(), unlock_shared(),
                            ///< release() and lock_hold::unlock() report a release of nothing held

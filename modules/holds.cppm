@@ -343,6 +343,12 @@ class lock_side {
   /// Returns: the czxid of the caller's node. Throws: errc::not_held naming `fn` and the path.
   std::int64_t fencing_token(const char* fn) const { return caller_hold(fn).node.czxid; }
 
+  /// Returns: the fence of the caller's hold (its node and token). Throws: as fencing_token.
+  zklock::fence fence(const char* fn) const {
+    auto h = caller_hold(fn);
+    return {std::move(h.node.path), h.node.czxid};
+  }
+
   /// Returns: whether the caller holds (bookkeeping only).
   bool held() const noexcept { return book_.count() > 0; }
 

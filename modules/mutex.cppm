@@ -97,6 +97,10 @@ class basic_mutex {
   /// increasing across successive holders. Throws: std::system_error(errc::not_held).
   std::int64_t fencing_token() const { return side_.fencing_token("fencing_token()"); }
 
+  /// Returns: the fence of the caller's hold: its contender node and fencing token, for guarded
+  /// writes (session::commit_if_held). Throws: std::system_error(errc::not_held).
+  zklock::fence fence() const { return side_.fence("fence()"); }
+
   /// Returns: whether the caller holds the lock (as far as this object knows).
   bool owns_lock() const noexcept { return side_.held(); }
 

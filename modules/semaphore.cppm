@@ -140,6 +140,12 @@ class basic_counting_semaphore {
   /// release() returns next): the creation zxid of its node, larger than that of every lease
   /// granted before it. Throws: std::system_error(errc::not_held) if the object holds no lease.
   std::int64_t fencing_token() const { return latest("fencing_token()").node.czxid; }
+  /// Returns: the fence of the most recently granted lease of this object (see basic_mutex::fence).
+  /// Throws: std::system_error(errc::not_held) if the object holds no lease.
+  zklock::fence fence() const {
+    auto l = latest("fence()");
+    return {std::move(l.node.path), l.node.czxid};
+  }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 

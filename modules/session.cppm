@@ -5,10 +5,12 @@ module;
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 export module zklock:session;
+export import :data;  // the values of the data API below
 
 // The state behind a session, and zklock's own access to it (both defined in the implementation
 // partition zklock:session_impl, modules/session/session_impl.cppm): not exported.
@@ -230,6 +232,55 @@ class session {
   /// connection is up (connecting, suspended, expired, closed). A snapshot: the client may move to
   /// another server at any time.
   std::string server_address() const;
+
+  // ---- data: a small API for the nodes beside your locks -------------------------------------------
+  // Paths are absolute (the chroot of the connect string, if any, is prepended); created nodes get
+  // the session's ACL (session_options::acl). Reads wait through a disconnection for up to
+  // connect_timeout, sending again. A write is sent once, when connected (after up to
+  // connect_timeout): if the connection drops before its reply, whether it was applied is unknown,
+  // and it throws errc::connection_loss (read to find out). Every call blocks for one round trip:
+  // never call one on the session's completion thread (a completion given no executor).
+  // Throws, besides what each says: std::invalid_argument for a malformed path (relative, empty
+  // component, trailing '/', control character, the /zookeeper subtree; "/" for reads only);
+  // std::system_error: session_closed, session_expired, operation_timeout (no connection within
+  // connect_timeout), connection_loss (a write's outcome unknown), no_auth (the ACL refuses), or the
+  // server's other refusals, each naming the path.
+
+  /// Effects: creates `path` holding `data`. Returns: the path created (for a sequential mode, with
+  /// its sequence number). Throws: also node_exists, no_node (its parent is missing),
+  /// no_children_for_ephemerals (its parent is ephemeral).
+  std::string create(std::string_view path, std::string_view data = {}, create_mode mode = create_mode::persistent);
+
+  /// Returns: `path`'s data and stat; nullopt if it does not exist.
+  std::optional<node_data> get(std::string_view path);
+
+  /// Returns: `path`'s stat; nullopt if it does not exist.
+  std::optional<node_stat> exists(std::string_view path);
+
+  /// Returns: the names of `path`'s children, sorted. Throws: also no_node if it does not exist.
+  std::vector<std::string> children(std::string_view path);
+
+  /// Effects: sets `path`'s data to `data` if its version is `version` (any_version: whatever it is).
+  /// Returns: its stat after the change. Throws: also no_node, bad_version.
+  node_stat set(std::string_view path, std::string_view data, std::int32_t version = any_version);
+
+  /// Effects: deletes `path` if its version is `version` (any_version: whatever it is).
+  /// Returns: true if deleted; false if it did not exist. Throws: also bad_version, not_empty.
+  bool remove(std::string_view path, std::int32_t version = any_version);
+
+  /// Effects: applies `ops` in one transaction: all or nothing. An empty list sends nothing.
+  /// Returns: one result per operation, in order. Throws: std::invalid_argument for an op with a
+  /// malformed path or a container create; std::system_error with the code of the first operation
+  /// the server refused (naming it: "operation 2 of 3 (set /app/x)"), nothing applied.
+  std::vector<op_result> commit(const std::vector<op>& ops);
+
+  /// Effects: as commit(ops), in a transaction that commits only if `held`'s node still exists (a
+  /// check of it goes first in the same transaction): a holder that lost its hold (expired, paused
+  /// past its session, partitioned, its node deleted) commits nothing, whichever session sends it.
+  /// Returns: as commit (the check's result is not among them).
+  /// Throws: std::invalid_argument for an empty fence or as commit; std::system_error: lock_lost if
+  /// the hold's node is gone (nothing applied); else as commit.
+  std::vector<op_result> commit_if_held(const fence& held, const std::vector<op>& ops);
 
  private:
   friend struct detail::session_access;

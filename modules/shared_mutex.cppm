@@ -115,6 +115,11 @@ class basic_shared_mutex {
   /// larger token; readers holding together have distinct tokens that exclude nobody.
   /// Throws: std::system_error(errc::not_held) if the caller holds no read side.
   std::int64_t fencing_token_shared() const { return read_.fencing_token("fencing_token_shared()"); }
+  /// Returns: the fence of the caller's write hold (see basic_mutex::fence). Throws: errc::not_held.
+  zklock::fence fence() const { return write_.fence("fence()"); }
+  /// Returns: the fence of the caller's read hold (after a downgrade: of the write node it shares).
+  /// Throws: std::system_error(errc::not_held) if the caller holds no read side.
+  zklock::fence fence_shared() const { return read_.fence("fence_shared()"); }
   /// Returns: whether the caller holds the write side.
   bool owns_lock() const noexcept { return write_.held(); }
   /// Returns: whether the caller holds the read side.

@@ -3,7 +3,8 @@
 export module zklock;
 
 export import :errors;        // zklock::errc, the "zklock" error category
-export import :session;       // zklock::session: one ZooKeeper session, its state and listeners
+export import :session;       // zklock::session: one ZooKeeper session, its state, its listeners, its data API
+export import :data;          // node_stat, op, fence: the values of the data API and of guarded writes
 export import :watch;         // policy: watch the predecessor, or the lock node's children
 export import :wakeup;        // policy: condition variable, or a one-shot latch per wait
 export import :reentrancy;    // policy: none, per thread, counted owner

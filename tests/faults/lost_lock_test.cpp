@@ -4,6 +4,7 @@
 // Each test runs its own server, since some pause it. Timeouts are scaled by ZKLOCK_FAULT_SCALE.
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -168,6 +169,36 @@ TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
   EXPECT_EQ(seen[0], zklock::session_state::suspended);
   EXPECT_EQ(seen[1], zklock::session_state::connected);
   for (auto st : seen) EXPECT_NE(st, zklock::session_state::expired);
+}
+
+// The data API through a stall: a write in flight when the client gives up on the connection is
+// not sent again (it may have been applied) and says so with connection_loss; a read made while the
+// session is suspended waits for the reconnection and is answered, on the same session.
+TEST(LostLock, AWriteWhoseReplyIsLostSaysSoAndAReadWaitsForTheConnection) {
+  zkt::private_server zk;
+  const auto path = zkt::unique_path("lost-write");
+  zklock::session s{opts(6000ms)};
+  zkt::create_path(path);
+  s.set(path, "0");
+  zk.pause();
+  std::error_code code;
+  std::string what;
+  try {
+    s.set(path, "1");  // answered by no one: the client drops the connection at 2/3 of the timeout
+  } catch (const std::system_error& e) {
+    code = e.code();
+    what = e.what();
+  }
+  // Read while suspended (the server is still paused), then let the server go.
+  auto read = std::async(std::launch::async, [&] { return s.get(path); });
+  zk.resume();
+  EXPECT_EQ(code, zklock::errc::connection_loss) << what;
+  EXPECT_NE(what.find("may or may not have been applied"), std::string::npos) << what;
+  const auto got = read.get();
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(got->data == "0" || got->data == "1") << got->data;
+  EXPECT_TRUE(s.wait_for(zklock::session_state::connected, scaled(30s)));
+  EXPECT_EQ(s.generation(), 1u);
 }
 
 // still_owned() alone (without lost_token()) sees our node deleted by someone else.

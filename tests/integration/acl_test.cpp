@@ -468,16 +468,7 @@ TEST_F(Acl, AnAclThatCannotWorkIsRefused) {
   EXPECT_FALSE(zkt::exists(path));
 }
 
-/// Returns: what `f` throws as std::system_error (empty if nothing or something else).
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.what();
-  }
-  return {};
-}
+using zkt::message_of;
 
 TEST_F(Acl, AnAclZklockCannotJudgeIsJudgedByTheServer) {
   // An ip entry: whether it counts this session in, only the server knows (zklock's own reading of

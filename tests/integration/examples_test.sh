@@ -6,7 +6,9 @@
 # workers on a 2-slot semaphore (example_worker_pool: more running jobs than slots exits 1);
 # coroutines on one thread awaiting every lock type (example_async_coroutine) and the callback form
 # (example_async_callback): each exits 1 on broken exclusion, a lost update, a token out of order,
-# a completion run twice or never, or a deadline or stop token without its error; and 200
+# a completion run twice or never, or a deadline or stop token without its error; a configuration
+# updated by two writers under a lock with guarded writes (example_guarded_config: exits 1 on a lost
+# update or when a holder whose hold was broken still writes); and 200
 # coroutines of Asio on one strand (example_async_asio, when Asio was found): exits 1 on a lock
 # granted twice or never, two holders of the shared path, a resumption off the strand.
 #   examples_test.sh EXAMPLES_DIR
@@ -45,6 +47,9 @@ pids=()
 wait_all
 left=$(find "$work/pool" -type f | wc -l)
 [[ $left -eq 0 ]] || { echo "worker_pool left $left job markers"; exit 1; }
+echo "== example_guarded_config: guarded writes under a lock, a paused holder's write refused"
+"$bin/example_guarded_config" 10 "/zklock-examples/config-$id"
+
 echo "== example_async_coroutine: coroutines on one thread"
 "$bin/example_async_coroutine"
 

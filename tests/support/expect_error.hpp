@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test support: error expectations (a call throws std::system_error with one zklock code; the
-// code a call throws).
+// code and the message a call throws).
 #pragma once
 #include <exception>
+#include <string>
 #include <string_view>
 #include <system_error>
 #include <gtest/gtest.h>
@@ -31,6 +32,17 @@ std::error_code code_of(F&& f) {
     f();
   } catch (const std::system_error& e) {
     return e.code();
+  }
+  return {};
+}
+
+/// Returns: the message of the std::system_error `f` throws (empty if it throws none).
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::system_error& e) {
+    return e.what();
   }
   return {};
 }
