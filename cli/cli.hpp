@@ -112,6 +112,8 @@ struct options {
   ms connect_timeout = 5s;
   int kill_signal = SIGTERM;
   ms grace = 5s;
+  ms max_hold{0};       // exec --max-hold: the hold ends (CMD's group is stopped, exit 75) after it; 0: never
+  ms hold_at_least{0};  // exec --hold-at-least: a CMD that ends sooner keeps the lock until then; 0: no floor
   bool json = false;
   std::vector<zklock::auth_info> auth;  // --auth, --auth-file; else $ZKLOCK_AUTH
   bool auth_given = false;              // --auth or --auth-file given: $ZKLOCK_AUTH is not read

@@ -2,6 +2,9 @@
 // Acquiring a lock as `zklock exec` and `zklock lock` do: acquires the lock in the chosen mode (a signal, or the end of lock's stdin, ends the wait), and
 // records what the acquire cost for `zklock ls`. `zklock exec PATH CMD` then looks CMD up and hands
 // it to supervise() with the hold's fencing token, its loss signal and its release.
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -45,23 +48,29 @@ struct locks {
   std::optional<exec_shared_mutex> rw;
   std::optional<exec_semaphore> sem;
 
-  /// Effects: acquires `o.path` in `o.mode` within `o.timeout`. Returns: whether it is held.
+  /// Effects: acquires `o.path` in `o.mode` within `o.timeout`, bounded by o.max_hold and
+  /// o.hold_at_least. Returns: whether it is held.
   bool acquire(zklock::session& s, const options& o) {
+    const zklock::hold_bounds bounds{o.max_hold, o.hold_at_least};
     switch (o.mode) {
       case lock_mode::mutex:
         mx.emplace(s, o.path, record_hooks{&acquired});
+        mx->set_hold_bounds(bounds);
         return attempt(o.timeout, [&] { return mx->try_lock(); }, [&](ms t) { return mx->try_lock_for(t); },
                        [&] { mx->lock(); });
       case lock_mode::shared:
         rw.emplace(s, o.path, record_hooks{&acquired});
+        rw->set_hold_bounds(bounds);
         return attempt(o.timeout, [&] { return rw->try_lock_shared(); },
                        [&](ms t) { return rw->try_lock_shared_for(t); }, [&] { rw->lock_shared(); });
       case lock_mode::write:
         rw.emplace(s, o.path, record_hooks{&acquired});
+        rw->set_hold_bounds(bounds);
         return attempt(o.timeout, [&] { return rw->try_lock(); }, [&](ms t) { return rw->try_lock_for(t); },
                        [&] { rw->lock(); });
       case lock_mode::permits:
         sem.emplace(s, o.path, o.permits, record_hooks{&acquired});
+        sem->set_hold_bounds(bounds);
         return attempt(o.timeout, [&] { return sem->try_acquire(); }, [&](ms t) { return sem->try_acquire_for(t); },
                        [&] { sem->acquire(); });
     }
@@ -183,12 +192,40 @@ acquire_result acquire_lock(const options& o, int sigfd, int input) {
   return {std::move(h), exit_code::ok};
 }
 
+namespace {
+
+/// Effects: waits until `until` (exec --hold-at-least: the lock stays held, its node deleted by the
+/// library at the floor, while this process and its session live), or until a forwarded signal
+/// arrives on `sigfd`. Returns: 128 + the signal, or `code` at the floor.
+int wait_out_floor(int sigfd, steady::time_point until, int code, const std::string& path) {
+  if (steady::now() < until && g_verbose)
+    say("keeping %s until --hold-at-least passes (%s more)", path.c_str(),
+        span(std::chrono::duration_cast<ms>(until - steady::now()).count()).c_str());
+  for (;;) {
+    const auto left = std::chrono::ceil<ms>(until - steady::now());
+    if (left <= ms::zero()) return code;
+    pollfd p{sigfd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<ms::rep>(left.count(), 60'000)));
+    if (n > 0) {
+      signalfd_siginfo si{};
+      if (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        const int sig = static_cast<int>(si.ssi_signo);
+        if (g_verbose) say("%s while keeping %s until --hold-at-least: gave up", signal_name(sig).c_str(), path.c_str());
+        return exit_code::signal_base + sig;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 int run_exec(const options& o) {
   const std::string file = resolve_command(o.argv.front());  // fail fast, before waiting for a lock
 
   fd_t sigfd = block_signals();  // before the session starts its threads
   auto r = acquire_lock(o, sigfd.get(), -1);
   if (!r.held) return r.exit;
+  const auto granted = steady::now();  // just after the grant: a floor counted from here is no shorter
   held_lock& h = *r.held;
   if (h.lost.stop_requested()) {  // e.g. the session ended with the grant
     say("lost the lock on %s before %s could start", o.path.c_str(), o.argv.front().c_str());
@@ -198,7 +235,11 @@ int run_exec(const options& o) {
   const child_command cmd{file, o.argv,
                           {"ZKLOCK_FENCING_TOKEN=" + std::to_string(h.token), "ZKLOCK_PATH=" + o.path},
                           o.path, o.kill_signal, o.grace};
-  return supervise(cmd, sigfd.get(), h.lost, h.release);
+  const int code = supervise(cmd, sigfd.get(), h.lost, h.release);
+  if (code == exit_code::lost && o.max_hold > ms::zero() && steady::now() - granted >= o.max_hold)
+    say("(the hold reached --max-hold %s)", span(o.max_hold.count()).c_str());
+  if (o.hold_at_least == ms::zero() || h.lost.stop_requested()) return code;
+  return wait_out_floor(sigfd.get(), granted + o.hold_at_least, code, o.path);
 }
 
 }  // namespace zkcli

@@ -252,6 +252,14 @@ struct command_line {
           [this](const std::string& v) { o.kill_signal = parse_signal(v); });
     value(exec, "--grace", "D", "time CMD's group has to end after the kill signal before SIGKILL (default 5s)",
           [this](const std::string& v) { o.grace = parse_duration("--grace", v, true); });
+    value(exec, "--max-hold", "D",
+          "hold the lock at most D: then it ends as if lost (its node is deleted, so nobody waits on a stuck CMD; "
+          "CMD's group gets the kill signal, exit 75)",
+          [this](const std::string& v) { o.max_hold = parse_duration("--max-hold", v, false); });
+    value(exec, "--hold-at-least", "D",
+          "keep the lock at least D from its grant: a CMD that ends sooner keeps it (and zklock waits) until then, "
+          "so a second run elsewhere does not start in that window",
+          [this](const std::string& v) { o.hold_at_least = parse_duration("--hold-at-least", v, false); });
     const option_spec acl = acl_option(o);  // auth.cpp
     value(exec, acl.name, acl.type, acl.help, acl.take);
     add_common(exec);
@@ -356,6 +364,9 @@ struct command_line {
       if (o.argv.front().empty() || (o.shell_command && o.shell_command->empty()))
         usage_error("the command to run is an empty string");
     }
+    if (o.max_hold > ms::zero() && o.hold_at_least > o.max_hold)
+      usage_error("--hold-at-least (" + std::to_string(o.hold_at_least.count()) + " ms) is over --max-hold (" +
+                  std::to_string(o.max_hold.count()) + " ms)");
     if (!o.connect) {
       const char* env = std::getenv("ZOOKEEPER_HOSTS");
       if (!env || !*env)

@@ -299,12 +299,22 @@ struct async_ticket {
 template <LockPolicies P, class Done>
 void finish_async(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks,
                   acquire_probe<P>& probe, std::optional<std::optional<grant>> g, const std::exception_ptr& error,
-                  bool stopped, const async_ticket& t, const executor& ex, Done&& done) {
+                  bool stopped, const async_ticket& t, const executor& ex, Done&& done, const hold_bounds& bounds) {
   std::error_code ec;
   std::optional<hold> h;
   if (g) {
     h = probe.finish(hooks, path, std::move(*g));
-    if (!h)
+    if (h && bounds != hold_bounds{}) {
+      try {
+        bound_hold(s, *h, bounds);
+      } catch (...) {  // no timer: let go rather than hold unbounded
+        ec = error_of(std::current_exception());
+        h->guard->release();
+        (void)release_node(s, h->node);
+        h.reset();
+      }
+    }
+    if (!h && !ec)
       ec = make_error_code(t.registry->closing() ? errc::session_closed
                            : stopped             ? errc::cancelled
                                                  : errc::lock_timeout);
@@ -343,7 +353,7 @@ struct async_acquire {
     const std::exception_ptr error = h.promise().error;
     h.destroy();
     finish_async<P>(a->s, a->path, a->hooks, a->probe, std::move(g), error, a->user_stop.stop_requested(), a->t,
-                    a->ex, std::move(a->done));
+                    a->ex, std::move(a->done), a->wc.hold);
   }
 
   /// Returns: the detached algorithm of `a`, to resume once on a step thread (from then on
@@ -385,7 +395,7 @@ class async_side {
     try {
       using acquire = async_acquire<P, Rule, Done>;
       auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop, async_ticket{r, pending_, id, own},
-                                                    wait_context{bounded.deadline, own.get_token()}, std::move(ex),
+                                                    wait_context{bounded.deadline, own.get_token(), wc.hold}, std::move(ex),
                                                     std::move(done), send_turn{r, path_}, acquire_probe<P>{}}};
       acquire* const raw = a.get();
       const auto task = acquire::make(a);  // from here on the algorithm owns `*raw`

@@ -4,6 +4,7 @@
 // decides who an owner is), and the three things every hold needs: its loss token, whether it is
 // still owned, and its release. The hooks are reported here, and only here (zero cost when off).
 module;
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -39,7 +40,63 @@ namespace zklock::detail {
 struct hold {
   held_node node;                     ///< the node we hold; node.granted_at: when it was granted
   std::shared_ptr<hold_guard> guard;  ///< fires when the hold is lost
+  std::uint64_t bound_timer = 0;      ///< the timer that ends it at hold_bounds::at_most; 0: none
+  clock::time_point keep_until{};     ///< a release before it keeps the node until then (at_least)
 };
+
+/// Throws: std::invalid_argument naming `who` for a negative bound, or at_least over at_most.
+inline void check_bounds(const hold_bounds& b, const char* who) {
+  if (b.at_most.count() < 0 || b.at_least.count() < 0)
+    throw std::invalid_argument(std::string{"zklock: "} + who + ": a negative hold bound");
+  if (b.at_most.count() > 0 && b.at_least > b.at_most)
+    throw std::invalid_argument(std::string{"zklock: "} + who + ": hold_bounds::at_least (" +
+                                std::to_string(b.at_least.count()) + " ms) is over at_most (" +
+                                std::to_string(b.at_most.count()) + " ms)");
+}
+
+/// A lock object's hold bounds (set_hold_bounds), for acquires whose wait_context sets none.
+class bounds_setting {
+ public:
+  /// Effects: from now on acquires take `b`. Throws: as check_bounds.
+  void set(const hold_bounds& b) {
+    check_bounds(b, "set_hold_bounds");
+    at_most_.store(b.at_most.count(), std::memory_order_relaxed);
+    at_least_.store(b.at_least.count(), std::memory_order_relaxed);
+  }
+  /// Returns: the bounds set.
+  hold_bounds get() const noexcept {
+    return {std::chrono::milliseconds{at_most_.load(std::memory_order_relaxed)},
+            std::chrono::milliseconds{at_least_.load(std::memory_order_relaxed)}};
+  }
+  /// Returns: `wc` with the zero fields of its hold bounds taken from these. Throws: as check_bounds.
+  wait_context apply(const wait_context& wc) const {
+    wait_context out = wc;
+    const hold_bounds mine = get();
+    if (out.hold.at_most.count() == 0) out.hold.at_most = mine.at_most;
+    if (out.hold.at_least.count() == 0) out.hold.at_least = mine.at_least;
+    if (out.hold != hold_bounds{}) check_bounds(out.hold, "an acquire's wait_context");
+    return out;
+  }
+
+ private:
+  std::atomic<std::int64_t> at_most_{0}, at_least_{0};
+};
+
+/// Effects: bounds the hold `h`, just granted, by `b`: a timer that ends it at b.at_most (fires its
+/// loss signal and deletes its node, unless its owner released it first), and the time before
+/// which a release keeps its node. Throws: std::bad_alloc, std::system_error (the timer thread).
+inline void bound_hold(session& s, hold& h, const hold_bounds& b) {
+  if (b.at_least.count() > 0) h.keep_until = h.node.granted_at + b.at_least;
+  if (b.at_most.count() > 0) {
+    std::weak_ptr<hold_guard> weak = h.guard;
+    h.bound_timer = schedule_hold_timer(s, h.node.granted_at + b.at_most, [&s, weak, node = h.node] {
+      const auto g = weak.lock();
+      if (!g || g->released()) return;  // its owner let go first
+      g->wake();                         // the loss signal: the hold ends at its bound
+      release_node_in_background(s, node);
+    });
+  }
+}
 
 /// Who hears that a hold ended: the hooks of the lock object that granted it (shared with the
 /// lock_holds it hands out, which may outlive it), or nobody. Copyable; never throws.
@@ -121,7 +178,17 @@ std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule
                                  const hooks_ref<typename P::hooks>& hooks) {
   acquire_probe<P> probe;
   auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc, probe.counters()).run();
-  return probe.finish(hooks, path, std::move(g));
+  auto h = probe.finish(hooks, path, std::move(g));
+  if (h && wc.hold != hold_bounds{}) {
+    try {
+      bound_hold(s, *h, wc.hold);
+    } catch (...) {  // no timer: let go rather than hold unbounded
+      h->guard->release();
+      (void)release_node(s, h->node);
+      throw;
+    }
+  }
+  return h;
 }
 
 /// Effects: ends the hold `h` of `path`, however it ends (unlock(), a lock_hold, a destructor): its
@@ -132,8 +199,18 @@ std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule
 inline std::error_code end_hold(session& s, const hold& h, std::string_view path, const release_reporter& report,
                                 bool delete_node = true) noexcept {
   h.guard->release();
+  if (h.bound_timer != 0) cancel_hold_timer(s, h.bound_timer);
   std::error_code refused;
-  if (delete_node) refused = release_node(s, h.node);
+  if (delete_node) {
+    bool kept = false;  // released before hold_bounds::at_least: the node stays until then
+    if (h.keep_until > clock::now()) {
+      try {
+        kept = schedule_hold_timer(s, h.keep_until, [&s, node = h.node] { release_node_in_background(s, node); }) != 0;
+      } catch (...) {  // no timer: delete it now
+      }
+    }
+    if (!kept) refused = release_node(s, h.node);
+  }
   report(path, h.node.granted_at);
   return refused;
 }
@@ -288,12 +365,13 @@ class lock_side {
   /// Returns: whether the caller holds. Throws: as hold_book::begin and acquire_node.
   template <class Rule>
   bool acquire(const Rule& rule, const wait_context& wc) {
-    const auto st = book_.begin(wc, path_);
+    const wait_context bounded = bounds.apply(wc);
+    const auto st = book_.begin(bounded, path_);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
     std::optional<hold> h;
     try {
-      h = acquire_hold<P>(s_, path_, rule, wc, hooks_);
+      h = acquire_hold<P>(s_, path_, rule, bounded, hooks_);
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
@@ -365,6 +443,8 @@ class lock_side {
       return false;
     }
   }
+
+  bounds_setting bounds;  ///< the lock object's hold bounds (set_hold_bounds)
 
  private:
   hold caller_hold(const char* fn) const {

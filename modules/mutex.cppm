@@ -105,8 +105,9 @@ class basic_mutex {
   bool owns_lock() const noexcept { return side_.held(); }
 
   /// Returns: a token that fires when ownership of the caller's hold can no longer be guaranteed:
-  /// the session expired, was closed, or stayed disconnected longer than its loss tolerance, or our
-  /// node was deleted by someone else (watched from the first call on, which costs one request).
+  /// the session expired, was closed, or stayed disconnected longer than its loss tolerance, our
+  /// node was deleted by someone else (watched from the first call on, which costs one request), or
+  /// the hold reached hold_bounds::at_most (see set_hold_bounds).
   /// It never fires because of our own unlock(). Throws: std::system_error(errc::not_held).
   std::stop_token lost_token() const { return side_.lost_token("lost_token()"); }
 
@@ -124,7 +125,7 @@ class basic_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::exclusive_rule{}, wc, std::move(ex), std::move(cb));
+    async_.start(detail::exclusive_rule{}, side_.bounds.apply(wc), std::move(ex), std::move(cb));
   }
   /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -135,8 +136,16 @@ class basic_mutex {
   /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::exclusive_rule{}, wc, std::move(ex));
+    return async_.awaitable(detail::exclusive_rule{}, side_.bounds.apply(wc), std::move(ex));
   }
+
+  /// Effects: bounds every hold granted from now on (see hold_bounds: at_most ends it and fires
+  /// lost_token(); a release before at_least keeps the node until then); an acquire's
+  /// wait_context::hold overrides a field it sets. Zero fields: no bound (the default).
+  /// Throws: std::invalid_argument for a negative bound, or at_least over at_most.
+  void set_hold_bounds(const hold_bounds& b) { side_.bounds.set(b); }
+  /// Returns: the bounds set by set_hold_bounds.
+  hold_bounds hold_bounds_set() const noexcept { return side_.bounds.get(); }
 
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }

@@ -8,6 +8,7 @@ module;
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -196,6 +197,19 @@ void drop_watch(session& s, const std::string& path, bool children, const wake_t
 /// Never throws.
 std::error_code release_node(session& s, const held_node& n) noexcept;
 
+/// Effects: deletes our node `n` without waiting for the reply (queued for the session's worker
+/// while the connection is down; nothing if its session is gone, which took it along). For the
+/// hold timers, which never wait on the network. Never throws.
+void release_node_in_background(session& s, const held_node& n) noexcept;
+
+/// Effects: runs `f` at `at` on the session's hold-timer thread (started by the first timer), with
+/// no lock held; `f` must not wait on the network. Returns: an id for cancel_hold_timer; 0 if the
+/// session is closed (then `f` never runs). Throws: std::bad_alloc, std::system_error (the thread).
+std::uint64_t schedule_hold_timer(session& s, clock::time_point at, std::function<void()> f);
+
+/// Effects: the timer `id` (of schedule_hold_timer) will not run, unless it runs now. Never throws.
+void cancel_hold_timer(session& s, std::uint64_t id) noexcept;
+
 /// Returns: true unless a release of ours under `lock_path` is still waiting for its delete's reply
 /// and this session's next acquire there should queue behind that reply (settle_before_requeue);
 /// then false, and `w`, if given, is woken when a release of the session settles.
@@ -233,6 +247,8 @@ class hold_guard final : public wake_target {
   }
   /// Effects: from now on nothing fires (the hold was released by its owner, or never granted).
   void release() noexcept { released_.store(true, std::memory_order_release); }
+  /// Returns: whether release() was called.
+  bool released() const noexcept { return released_.load(std::memory_order_acquire); }
   /// Returns: the token users see.
   std::stop_token token() const noexcept { return source_.get_token(); }
   /// Returns: whether the loss was signalled (the token fired).

@@ -146,6 +146,11 @@ class basic_counting_semaphore {
     auto l = latest("fence()");
     return {std::move(l.node.path), l.node.czxid};
   }
+  /// Effects: bounds every lease granted from now on (see basic_mutex::set_hold_bounds).
+  /// Throws: std::invalid_argument for a negative bound, or at_least over at_most.
+  void set_hold_bounds(const hold_bounds& b) { bounds_.set(b); }
+  /// Returns: the bounds set by set_hold_bounds.
+  hold_bounds hold_bounds_set() const noexcept { return bounds_.get(); }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -160,7 +165,7 @@ class basic_counting_semaphore {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex), std::move(cb));
+    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex), std::move(cb));
   }
   /// Effects: as async_acquire(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -171,7 +176,7 @@ class basic_counting_semaphore {
   /// lives): `lock_hold h = co_await x.async_acquire(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_acquire(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, std::move(ex));
+    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex));
   }
 
  private:
@@ -182,7 +187,8 @@ class basic_counting_semaphore {
     return n;
   }
   bool acquire_within(const wait_context& wc) {
-    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)}, wc, hooks_);
+    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)},
+                                     bounds_.apply(wc), hooks_);
     if (!l) return false;
     try {
       std::lock_guard lk{mu_};
@@ -206,6 +212,7 @@ class basic_counting_semaphore {
   detail::hooks_ref<hooks_type> hooks_;
   mutable std::mutex mu_;
   std::vector<detail::hold> held_;  // the leases, in grant order
+  detail::bounds_setting bounds_;
   detail::async_side<P> async_;     // last: destroyed first
 };
 

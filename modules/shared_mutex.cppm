@@ -129,6 +129,14 @@ class basic_shared_mutex {
   std::stop_token lost_token() const { return (write_.held() ? write_ : read_).lost_token("lost_token()"); }
   /// Returns: whether the caller holds either side and no loss has been signalled.
   bool still_owned() const noexcept { return write_.held() ? write_.still_owned() : read_.still_owned(); }
+  /// Effects: bounds every hold of either side granted from now on (see basic_mutex::set_hold_bounds).
+  /// Throws: std::invalid_argument for a negative bound, or at_least over at_most.
+  void set_hold_bounds(const hold_bounds& b) {
+    write_.bounds.set(b);
+    read_.bounds.set(b);
+  }
+  /// Returns: the bounds set by set_hold_bounds.
+  hold_bounds hold_bounds_set() const noexcept { return write_.bounds.get(); }
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -142,7 +150,7 @@ class basic_shared_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::write_rule{}, wc, std::move(ex), std::move(cb));
+    async_.start(detail::write_rule{}, write_.bounds.apply(wc), std::move(ex), std::move(cb));
   }
   /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -153,7 +161,7 @@ class basic_shared_mutex {
   /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::write_rule{}, wc, std::move(ex));
+    return async_.awaitable(detail::write_rule{}, write_.bounds.apply(wc), std::move(ex));
   }
 
   /// Effects: as async_lock, for the read side. Unlike lock_shared(), it never shares a write hold
@@ -161,7 +169,7 @@ class basic_shared_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock_shared(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::read_rule{}, wc, std::move(ex), std::move(cb));
+    async_.start(detail::read_rule{}, read_.bounds.apply(wc), std::move(ex), std::move(cb));
   }
   /// Effects: as async_lock_shared(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -173,7 +181,7 @@ class basic_shared_mutex {
   /// (default: the session's completion thread). Its co_await throws std::system_error with the
   /// codes above.
   [[nodiscard]] hold_awaitable async_lock_shared(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::read_rule{}, wc, std::move(ex));
+    return async_.awaitable(detail::read_rule{}, read_.bounds.apply(wc), std::move(ex));
   }
 
  private:

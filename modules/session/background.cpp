@@ -289,4 +289,15 @@ std::error_code release_node(session& sess, const held_node& n) noexcept {
   return {};
 }
 
+void release_node_in_background(session& sess, const held_node& n) noexcept {
+  session_impl& s = impl_of(sess);
+  try {
+    pending_delete p{n.path, {}, n.generation};
+    const state_view v = s.states.view();
+    if (!v.live(n.generation)) return;  // gone with its session
+    if (v.state != session_state::connected || !s.delete_in_background(p)) s.defer_delete(std::move(p));
+  } catch (...) {  // allocation failure: nothing sensible left to do
+  }
+}
+
 }  // namespace zklock::detail

@@ -226,6 +226,7 @@ session_impl::~session_impl() {
 void session_impl::shutdown() noexcept {
   if (!states.close()) return;
   reaper.request_stop();
+  timers.stop();  // a closed session's nodes go with it: no bound left to keep
   watches.wake_all();  // waiters see `closed` at once, not after the handle is closed
   states.loss().request_stop();  // a closed session holds nothing
   states.wake_next_session_waiters();

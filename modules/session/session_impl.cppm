@@ -13,6 +13,7 @@
 //   watch_registry      the watch groups: one C-client watcher and one server watch per (path, kind)
 //   client_handle       the C client's handle of the current generation
 //   session_reaper      the thread that closes given-up sessions on the server
+//   hold_timers         the thread that ends holds at their bounds (hold_bounds), started on first use
 // session_impl holds them and does what takes several (open and close the handle, the worker).
 // Lock order: listener_list's lock first (held while listeners run, and they may call anything);
 // then client_handle's (reopen_mu before mu); then one of the others, never two of them together.
@@ -26,6 +27,7 @@
 //   nodes.cpp           semaphore node, read_node, create_ephemeral (zklock:nodes)
 //   client_log.cpp      the C client's log routing
 //   runner.cpp          the runner of asynchronous acquires (zklock:step), started on first use
+//   timers.cpp          hold_timers
 module;
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -701,6 +703,32 @@ struct chosen_acl {
   ACL_vector vector{};  ///< views `entries`; count 0 when the options choose none
 };
 
+/// The timers of a session's bounded holds (hold_bounds: the end of a hold at its longest, the
+/// delete of a node kept to its shortest): one thread, started by the first timer, runs each timer
+/// at its time, one at a time, with no lock held. A timer must not wait on the network.
+class hold_timers {
+ public:
+  /// Effects: runs `f` at `at` (at once if past), unless cancel()ed first or stop()ped.
+  /// Returns: its id (never 0); 0 if stopped (then `f` never runs).
+  /// Throws: std::bad_alloc; std::system_error if the thread cannot be started.
+  std::uint64_t schedule(clock::time_point at, std::function<void()> f);
+  /// Effects: the timer `id` will not run, unless it is running now. Never throws.
+  void cancel(std::uint64_t id) noexcept;
+  /// Effects: drops every timer not run yet and joins the thread (not from a timer). Idempotent.
+  void stop() noexcept;
+  ~hold_timers() { stop(); }
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<clock::time_point, std::uint64_t>, std::function<void()>> due_;
+  std::unordered_map<std::uint64_t, clock::time_point> at_;  // id -> its key's time
+  std::uint64_t next_ = 1;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
 /// A session: its options and parts, and what takes several parts (opening and closing the handle,
 /// the worker's loop, close()).
 struct session_impl {
@@ -718,6 +746,7 @@ struct session_impl {
   watch_registry watches;
   client_handle handle;
   session_reaper reaper;
+  hold_timers timers;
   path_set deletable;  // lock paths whose ACL lets us delete our nodes
   // Whether the lock path of a first acquire is likely missing (as the last one this session
   // looked at was): then the lock node and the contender are created in one transaction.

@@ -232,6 +232,33 @@ TEST(CliFlock, ConflictExitCode) {
 
 // ---- lock ------------------------------------------------------------------------------------------
 
+// exec --max-hold: a CMD that runs past the bound loses the lock (its node deleted: nobody waits on
+// it), its group is stopped, and exec exits 75 saying why (long before CMD's own end).
+TEST(CliExec, MaxHoldStopsACommandThatHoldsTooLong) {
+  const auto path = zkt::unique_path("cli-max-hold");
+  zklock_run r{exec_args({}, {"--max-hold", "500ms", path, "--", "sleep", "120"})};
+  EXPECT_EQ(run(r, 60s), 75) << r.err();
+  EXPECT_NE(r.err().find("--max-hold"), std::string::npos) << r.err();
+  EXPECT_TRUE(contender_nodes(path).empty());
+}
+
+// exec --hold-at-least: a CMD that ends sooner keeps the lock until the floor (a second exec -n is
+// refused meanwhile); exec then exits with CMD's code and the lock is free. A floor over
+// --max-hold is a usage error.
+TEST(CliExec, HoldAtLeastKeepsTheLockAfterAnEarlyEnd) {
+  const auto path = zkt::unique_path("cli-hold-least");
+  zklock_run first{exec_args({}, {"--hold-at-least", "4s", path, "--", "sh", "-c", "echo done; exit 3"})};
+  ASSERT_EQ(first.read_line(), "done") << first.err();
+  zklock_run second{exec_args({}, {"-n", path, "--", "true"})};
+  EXPECT_EQ(run(second), 124) << "a second run started inside the first one's floor: " << second.err();
+  EXPECT_EQ(run(first), 3) << first.err();
+  zklock_run third{exec_args({}, {"-n", path, "--", "true"})};
+  EXPECT_EQ(run(third), 0) << third.err();
+  zklock_run bad{exec_args({}, {"--hold-at-least", "2s", "--max-hold", "1s", path, "--", "true"})};
+  EXPECT_EQ(run(bad), 125);
+  EXPECT_NE(bad.err().find("--hold-at-least"), std::string::npos) << bad.err();
+}
+
 TEST(CliLock, PrintsTheTokenOnceHeldAndReleasesWhenStdinCloses) {
   const auto path = zkt::unique_path("lock-stdin");
   lock_run l{path};
