@@ -42,8 +42,8 @@ enum class create_mode {
 
 /// A node's data and stat (session::get).
 struct node_data {
-  std::string data;  ///< its data (empty for a node created with none)
-  node_stat stat;    ///< its stat
+  std::string data{};  ///< its data (empty for a node created with none)
+  node_stat stat{};    ///< its stat
 };
 
 /// What a guarded write checks: the contender node of one hold, and its fencing token. A lock's
@@ -51,7 +51,7 @@ struct node_data {
 /// a lock_hold). While the node exists the hold stands: it goes when the hold is released, when its
 /// session ends (expiry, close) or when someone deletes it. Its name is unique to one acquire.
 struct fence {
-  std::string node;        ///< the full path of the hold's contender node
+  std::string node{};      ///< the full path of the hold's contender node
   std::int64_t token = 0;  ///< the hold's fencing token (the node's czxid), for stores outside ZooKeeper
   friend bool operator==(const fence&, const fence&) = default;
 };
@@ -60,8 +60,8 @@ struct fence {
 struct op {
   enum class kind { create, remove, set, check };
   kind type = kind::check;
-  std::string path;
-  std::string data;                              ///< create, set
+  std::string path{};
+  std::string data{};                            ///< create, set
   create_mode mode = create_mode::persistent;    ///< create (never container: see create_mode)
   std::int32_t version = any_version;            ///< remove, set, check
 
@@ -86,7 +86,7 @@ struct op {
 
 /// The result of one operation of a committed transaction, in the order of the operations.
 struct op_result {
-  std::string path;               ///< create: the node created (its sequence number included); else the op's path
+  std::string path{};             ///< create: the node created (its sequence number included); else the op's path
   std::optional<node_stat> stat;  ///< set: the node's stat after it; else empty
 };
 

@@ -76,8 +76,10 @@ void hold_timers::run() {
       continue;
     }
     const auto first = due_.begin();
-    if (clock::now() < first->first.first) {
-      cv_.wait_until(lk, first->first.first);
+    // A copy: while this waits, cancel() or stop() may erase the timer (and the time it refers to).
+    const clock::time_point at = first->first.first;
+    if (clock::now() < at) {
+      cv_.wait_until(lk, at);
       continue;
     }
     auto f = std::move(first->second);

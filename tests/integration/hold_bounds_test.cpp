@@ -177,6 +177,25 @@ TEST(HoldBounds, EveryLockKindAndTheAsynchronousAcquires) {
   }
 }
 
+// A hold released long before its bound cancels the bound's timer, and the session then closes at
+// once and cleanly (the timer thread was waiting for that timer: under ASan, a wait that still
+// referred to the cancelled timer's time would read freed memory).
+TEST(HoldBounds, ACancelledTimerAndACloseLeaveNothingBehind) {
+  const auto path = zkt::unique_path("bound-close");
+  {
+    zklock::session s{zkt::options()};
+    zklock::mutex m{s, path};
+    m.set_hold_bounds({.at_most = std::chrono::hours{1}});
+    m.lock();
+    m.unlock();
+    m.set_hold_bounds({.at_least = std::chrono::hours{1}});
+    m.lock();
+    m.unlock();  // its node stays, its delete due in an hour
+    EXPECT_EQ(zkt::children(path).size(), 1u);
+  }  // the close drops the timer; the node goes with the session
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 TEST(HoldBounds, BadBoundsAreRefused) {
   zklock::session s{zkt::options()};
   const auto path = zkt::unique_path("bound-bad");
