@@ -114,6 +114,10 @@ struct options {
   ms grace = 5s;
   ms max_hold{0};       // exec --max-hold: the hold ends (CMD's group is stopped, exit 75) after it; 0: never
   ms hold_at_least{0};  // exec --hold-at-least: a CMD that ends sooner keeps the lock until then; 0: no floor
+  bool revoke_ignore = false;  // exec --on-revoke ignore: a revocation request does not stop CMD
+  ms revoke_grace = 10s;       // revoke --grace: how long holders have to let go once asked
+  bool revoke_force = false;   // revoke --force: delete at once, no grace
+  std::string revoke_node;     // revoke --node: that contender node only
   bool json = false;
   std::vector<zklock::auth_info> auth;  // --auth, --auth-file; else $ZKLOCK_AUTH
   bool auth_given = false;              // --auth or --auth-file given: $ZKLOCK_AUTH is not read
@@ -229,11 +233,14 @@ int run_exec(const options& o);
 int run_lock(const options& o);
 int run_ls(const options& o);
 int run_wait(const options& o);
+/// `zklock revoke PATH`: asks the holders to let go, then forces them (revoke.cpp).
+int run_revoke(const options& o);
 
 /// A hold of PATH as exec and lock take it (acquire_lock).
 struct held_lock {
   std::int64_t token = 0;         ///< the hold's fencing token
   std::stop_token lost;           ///< fires when the lock is lost (may have fired already)
+  std::stop_token revoked;        ///< fires when a revoker asks the hold to let go (on_revoke::notify)
   std::function<void()> release;  ///< deletes the acquire record, then releases; never throws
   std::shared_ptr<void> keep;     ///< the session and the lock object behind the hold
 };
@@ -345,6 +352,9 @@ struct child_command {
   std::string path;               ///< the lock path (for messages)
   int kill_signal = SIGTERM;      ///< stops CMD's group when the lock is lost
   ms grace = 5s;                  ///< between the kill signal and SIGKILL
+  /// Set (before `lost` fires) when the hold is stopped because a revoker asked it to let go: the
+  /// message says so. Null: never.
+  std::shared_ptr<std::atomic<bool>> revoked;
 };
 
 /// Effects: runs CMD in a process group of its own (zklock a subreaper, the terminal handed over),

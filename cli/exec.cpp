@@ -52,25 +52,30 @@ struct locks {
   /// o.hold_at_least. Returns: whether it is held.
   bool acquire(zklock::session& s, const options& o) {
     const zklock::hold_bounds bounds{o.max_hold, o.hold_at_least};
+    const auto revoke = o.revoke_ignore ? zklock::on_revoke::ignore : zklock::on_revoke::notify;
     switch (o.mode) {
       case lock_mode::mutex:
         mx.emplace(s, o.path, record_hooks{&acquired});
         mx->set_hold_bounds(bounds);
+        mx->set_on_revoke(revoke);
         return attempt(o.timeout, [&] { return mx->try_lock(); }, [&](ms t) { return mx->try_lock_for(t); },
                        [&] { mx->lock(); });
       case lock_mode::shared:
         rw.emplace(s, o.path, record_hooks{&acquired});
         rw->set_hold_bounds(bounds);
+        rw->set_on_revoke(revoke);
         return attempt(o.timeout, [&] { return rw->try_lock_shared(); },
                        [&](ms t) { return rw->try_lock_shared_for(t); }, [&] { rw->lock_shared(); });
       case lock_mode::write:
         rw.emplace(s, o.path, record_hooks{&acquired});
         rw->set_hold_bounds(bounds);
+        rw->set_on_revoke(revoke);
         return attempt(o.timeout, [&] { return rw->try_lock(); }, [&](ms t) { return rw->try_lock_for(t); },
                        [&] { rw->lock(); });
       case lock_mode::permits:
         sem.emplace(s, o.path, o.permits, record_hooks{&acquired});
         sem->set_hold_bounds(bounds);
+        sem->set_on_revoke(revoke);
         return attempt(o.timeout, [&] { return sem->try_acquire(); }, [&](ms t) { return sem->try_acquire_for(t); },
                        [&] { sem->acquire(); });
     }
@@ -85,21 +90,25 @@ held_lock make_hold(const options& o, locks& l) {
     case lock_mode::mutex:
       h.token = l.mx->fencing_token();
       h.lost = l.mx->lost_token();
+      h.revoked = l.mx->revocation_token();
       h.release = [&l] { l.mx->unlock(); };
       break;
     case lock_mode::write:
       h.token = l.rw->fencing_token();
       h.lost = l.rw->lost_token();
+      h.revoked = l.rw->revocation_token();
       h.release = [&l] { l.rw->unlock(); };
       break;
     case lock_mode::shared:
       h.token = l.rw->fencing_token_shared();
       h.lost = l.rw->lost_token();
+      h.revoked = l.rw->revocation_token();
       h.release = [&l] { l.rw->unlock_shared(); };
       break;
     case lock_mode::permits:
       h.token = l.sem->fencing_token();
       h.lost = l.sem->lost_token();
+      h.revoked = l.sem->revocation_token();
       h.release = [&l] { l.sem->release(); };
       break;
   }
@@ -232,13 +241,22 @@ int run_exec(const options& o) {
     h.release();
     return exit_code::lost;
   }
+  // CMD is stopped when the lock is lost, or when a revoker asks it to let go (unless --on-revoke
+  // ignore, which sets on_revoke::ignore: then only a forced release, a loss, stops it).
+  const auto revoked = std::make_shared<std::atomic<bool>>(false);
+  std::stop_source stop_cmd;
+  const std::stop_callback on_lost{h.lost, [&stop_cmd] { stop_cmd.request_stop(); }};
+  const std::stop_callback on_revoked{h.revoked, [&stop_cmd, revoked] {
+                                        revoked->store(true);
+                                        stop_cmd.request_stop();
+                                      }};
   const child_command cmd{file, o.argv,
                           {"ZKLOCK_FENCING_TOKEN=" + std::to_string(h.token), "ZKLOCK_PATH=" + o.path},
-                          o.path, o.kill_signal, o.grace};
-  const int code = supervise(cmd, sigfd.get(), h.lost, h.release);
+                          o.path, o.kill_signal, o.grace, revoked};
+  const int code = supervise(cmd, sigfd.get(), stop_cmd.get_token(), h.release);
   if (code == exit_code::lost && o.max_hold > ms::zero() && steady::now() - granted >= o.max_hold)
     say("(the hold reached --max-hold %s)", span(o.max_hold.count()).c_str());
-  if (o.hold_at_least == ms::zero() || h.lost.stop_requested()) return code;
+  if (o.hold_at_least == ms::zero() || stop_cmd.stop_requested()) return code;
   return wait_out_floor(sigfd.get(), granted + o.hold_at_least, code, o.path);
 }
 

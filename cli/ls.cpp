@@ -51,6 +51,7 @@ std::string json_object(const std::string& path, const zklock::contender_info& r
          ",\"held_ms\":" + number(a ? std::max(0LL, now_ms - a->granted_ms) : 0) +
          ",\"waited_ms\":" + number(a ? a->waited_ms : 0) + ",\"ahead\":" + number(a ? a->ahead : 0) +
          ",\"wakeups\":" + number(a ? a->wakeups : 0) + ",\"requests\":" + number(a ? a->requests : 0) +
+         ",\"revocation_requested\":" + (r.revocation_requested ? "true" : "false") +
          ",\"node\":" + json_string(r.node) +
          ",\"leases\":" + (leases && r.side == zklock::contender_side::lease ? std::to_string(*leases) : "null") + "}";
 }
@@ -105,7 +106,8 @@ std::vector<std::vector<std::string>> table_of(const zklock::lock_listing& lock,
     const auto since = since_ms(r);
     const auto a = record_of(r);
     table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), side_name(r.side),
-                     std::to_string(r.token), r.who.host.empty() ? "-" : r.who.host,
+                     std::to_string(r.token),
+                     r.revocation_requested ? "revoke-requested" : r.who.host.empty() ? "-" : r.who.host,
                      r.who.pid ? std::to_string(*r.who.pid) : "-", since ? iso_time(*since) : "-",
                      a ? span(a->waited_ms) : "-", a ? span(now_ms - a->granted_ms) : "-",
                      a ? std::to_string(a->wakeups) : "-", a ? std::to_string(a->requests) : "-", r.node});

@@ -90,9 +90,16 @@ constexpr const char* ls_text =
     "the IP address they store), and for holders that are zklock exec processes what their acquire cost: wait, "
     "hold time so far, wake-ups and ZooKeeper requests (exec records them beside its node while it holds). A "
     "semaphore's listing says how many of its leases are used. With -r, every lock and semaphore at or below PATH, "
-    "each with its holders and waiters. A PATH that does not exist exits 66.";
+    "each with its holders and waiters. A PATH that does not exist exits 66. A holder asked to let go (zklock "
+    "revoke, Curator's Revoker) shows revoke-requested as its host.";
 constexpr const char* wait_text =
     "Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.";
+constexpr const char* revoke_text =
+    "Ask the holders of PATH (every holder: of a mutex, of the read side, every lease of a semaphore; or one "
+    "contender with --node) to let go, wait up to --grace for them to, then delete the nodes of those still "
+    "holding (they are told: their loss signal fires, and zklock exec stops CMD). The request is Curator's "
+    "revocation marker, so revocable Curator locks hear it too. Prints one line per hold: its node and "
+    "whether it was released on request, forced, or already gone.";
 
 /// Returns: `text` with line breaks, so that no line is longer than `width` (CLI11 indents them).
 std::string wrap(std::string_view text, std::size_t width) {
@@ -166,6 +173,7 @@ struct command_line {
   CLI::App* lock = nullptr;
   CLI::App* ls = nullptr;
   CLI::App* wait = nullptr;
+  CLI::App* revoke = nullptr;
   options o;
   int verbosity = 0;
 
@@ -256,6 +264,13 @@ struct command_line {
           "hold the lock at most D: then it ends as if lost (its node is deleted, so nobody waits on a stuck CMD; "
           "CMD's group gets the kill signal, exit 75)",
           [this](const std::string& v) { o.max_hold = parse_duration("--max-hold", v, false); });
+    value(exec, "--on-revoke", "WHAT",
+          "what a revocation request (zklock revoke, Curator's Revoker) does: term (the default: CMD's group gets the "
+          "kill signal, as when the lock is lost, exit 75) or ignore (CMD goes on until the revoker forces the release)",
+          [this](const std::string& v) {
+            if (v != "term" && v != "ignore") usage_error("bad --on-revoke \"" + v + "\": term or ignore");
+            o.revoke_ignore = v == "ignore";
+          });
     value(exec, "--hold-at-least", "D",
           "keep the lock at least D from its grant: a CMD that ends sooner keeps it (and zklock waits) until then, "
           "so a second run elsewhere does not start in that window",
@@ -275,6 +290,15 @@ struct command_line {
     flag(ls, "-r,--recursive", "every lock and semaphore at or below PATH, with its holders and waiters",
          [this] { o.recursive = true; });
     add_common(ls);
+
+    revoke = command("revoke", revoke_text);
+    value(revoke, "--grace", "D", "time the holders have to let go once asked (default 10s)",
+          [this](const std::string& v) { o.revoke_grace = parse_duration("--grace", v, true); });
+    flag(revoke, "--force", "delete the holders' nodes at once, without waiting (they are still asked first)",
+         [this] { o.revoke_force = true; });
+    value(revoke, "--node", "NAME", "revoke this contender node of PATH only (a name as zklock ls shows it)",
+          [this](const std::string& v) { o.revoke_node = v; });
+    add_common(revoke);
 
     wait = command("wait", wait_text);
     value(wait, "--timeout", "D", "wait at most D (0: check once; default: wait forever)",
@@ -327,7 +351,7 @@ struct command_line {
   [[noreturn]] void unexpected(const CLI::App* sub, const std::string& word) const {
     if (!word.starts_with("-") || word == "-") usage_error("unexpected argument \"" + word + "\"");
     const std::string name = word.substr(0, word.find('='));
-    for (const CLI::App* other : {exec, lock, ls, wait})
+    for (const CLI::App* other : {exec, lock, ls, wait, revoke})
       if (other != sub && other->get_option_no_throw(name))
         usage_error("option " + name + " does not apply to " + sub->get_name());
     usage_error("unknown option \"" + name + "\"");
@@ -338,7 +362,7 @@ struct command_line {
   CLI::App* check() {
     const auto subs = app.get_subcommands();
     const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
-    if (subs.empty()) usage_error("no command given: exec, lock, ls or wait");
+    if (subs.empty()) usage_error("no command given: exec, lock, ls, wait or revoke");
     CLI::App* sub = subs.front();
     std::vector<std::string> extra = sub->remaining();
     if (sub == exec) {
@@ -393,9 +417,11 @@ std::string option_of(const CLI::ArgumentMismatch& e) {
   return what.starts_with("-") ? what : "--" + what;
 }
 
-constexpr const char* commands = "exec, lock, ls or wait";
+constexpr const char* commands = "exec, lock, ls, wait or revoke";
 
-bool is_command(std::string_view w) { return w == "exec" || w == "lock" || w == "ls" || w == "wait"; }
+bool is_command(std::string_view w) {
+  return w == "exec" || w == "lock" || w == "ls" || w == "wait" || w == "revoke";
+}
 
 /// Returns: the command line with the common options given before the command moved after it:
 /// "zklock -v --connect X exec ..." is parsed as "zklock exec -v --connect X ...", so that nothing
@@ -410,7 +436,7 @@ std::vector<std::string> command_first(const command_line& cl, int argc, char** 
     return opt && opt->get_group() == common_group ? opt : nullptr;
   };
   auto refuse = [&](const std::string& name) {
-    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait})
+    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait, cl.revoke})
       if (sub->get_option_no_throw(name)) {
         std::string names;
         for (const CLI::Option* opt : any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; }))
@@ -494,6 +520,7 @@ int run(int argc, char** argv) {
   if (sub == cl.exec) return run_exec(cl.o);
   if (sub == cl.lock) return run_lock(cl.o);
   if (sub == cl.ls) return run_ls(cl.o);
+  if (sub == cl.revoke) return run_revoke(cl.o);
   return run_wait(cl.o);
 }
 

@@ -368,7 +368,9 @@ int supervise(const child_command& cmd, int sigfd_fd, std::stop_token lost, cons
     if (r < 0 && errno != EINTR) throw_errno("poll");
     if (r > 0 && p[1].revents && !was_lost) {
       was_lost = true;
-      say("lost the lock on %s: stopping %s and its process group (%d) with %s%s", cmd.path.c_str(),
+      const bool revoked = cmd.revoked && cmd.revoked->load();
+      say("%s %s: stopping %s and its process group (%d) with %s%s",
+          revoked ? "asked to let go of (revoked)" : "lost the lock on", cmd.path.c_str(),
           cmd.argv.front().c_str(), static_cast<int>(group), signal_name(cmd.kill_signal).c_str(),
           cmd.kill_signal == SIGKILL ? "" : (", then SIGKILL after " + std::to_string(cmd.grace.count()) + " ms").c_str());
       signal_group(cmd.kill_signal);

@@ -44,6 +44,7 @@ module;
 export module zklock:async;
 import :errors;
 import :session;
+import :revoke;
 import :operations;
 import :holds;
 import :algorithm;
@@ -122,6 +123,13 @@ class lock_hold {
   std::int64_t fencing_token() const {
     held("fencing_token()");
     return h_.node.czxid;
+  }
+  /// Returns: a token that fires when the hold is asked to let go (revoke(), Curator's Revoker),
+  /// by the policy it was granted with (see on_revoke; the first call arms a watch on its node).
+  /// Throws: std::system_error(errc::not_held) if empty.
+  std::stop_token revocation_token() const {
+    held("revocation_token()");
+    return detail::revocation_token_of(*s_, h_);
   }
   /// Returns: the hold's fence: its node and fencing token, for guarded writes
   /// (session::commit_if_held). Throws: std::system_error(errc::not_held) if empty.
@@ -299,11 +307,13 @@ struct async_ticket {
 template <LockPolicies P, class Done>
 void finish_async(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks,
                   acquire_probe<P>& probe, std::optional<std::optional<grant>> g, const std::exception_ptr& error,
-                  bool stopped, const async_ticket& t, const executor& ex, Done&& done, const hold_bounds& bounds) {
+                  bool stopped, const async_ticket& t, const executor& ex, Done&& done, const hold_bounds& bounds,
+                  on_revoke revocation) {
   std::error_code ec;
   std::optional<hold> h;
   if (g) {
     h = probe.finish(hooks, path, std::move(*g));
+    if (h) grant_revocation(s, *h, revocation);
     if (h && bounds != hold_bounds{}) {
       try {
         bound_hold(s, *h, bounds);
@@ -342,6 +352,7 @@ struct async_acquire {
   Done done;
   send_turn turn;  // its create goes out after those of the acquires of `path` started before it
   acquire_probe<P> probe{};
+  on_revoke revocation = on_revoke::notify;  // the policy its hold is granted with
   std::stop_callback<stop_relay> link{user_stop, stop_relay{t.stop}};  // a user's stop ends the wait
 
   using algorithm = step<std::optional<grant>>;
@@ -353,7 +364,7 @@ struct async_acquire {
     const std::exception_ptr error = h.promise().error;
     h.destroy();
     finish_async<P>(a->s, a->path, a->hooks, a->probe, std::move(g), error, a->user_stop.stop_requested(), a->t,
-                    a->ex, std::move(a->done), a->wc.hold);
+                    a->ex, std::move(a->done), a->wc.hold, a->revocation);
   }
 
   /// Returns: the detached algorithm of `a`, to resume once on a step thread (from then on
@@ -386,7 +397,7 @@ class async_side {
   /// runs once on `ex` (default: the completion thread) with the outcome. Never blocks.
   /// Throws: std::system_error if the runner's threads cannot be started; std::bad_alloc.
   template <class Rule, class Done>
-  void start(const Rule& rule, const wait_context& wc, executor ex, Done done) {
+  void start(const Rule& rule, const wait_context& wc, executor ex, Done done, on_revoke revocation = on_revoke::notify) {
     if (!runner_) runner_ = runner_of(s_);
     const auto& r = runner_;
     const wait_context bounded{std::min(wc.deadline, P::timeout::lock_deadline(clock::now())), wc.stop};
@@ -396,7 +407,7 @@ class async_side {
       using acquire = async_acquire<P, Rule, Done>;
       auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop, async_ticket{r, pending_, id, own},
                                                     wait_context{bounded.deadline, own.get_token(), wc.hold}, std::move(ex),
-                                                    std::move(done), send_turn{r, path_}, acquire_probe<P>{}}};
+                                                    std::move(done), send_turn{r, path_}, acquire_probe<P>{}, revocation}};
       acquire* const raw = a.get();
       const auto task = acquire::make(a);  // from here on the algorithm owns `*raw`
       try {
@@ -415,9 +426,9 @@ class async_side {
 
   /// Returns: an awaitable of an acquire with `rule` within `wc`, resumed on `ex`.
   template <class Rule>
-  hold_awaitable awaitable(const Rule& rule, const wait_context& wc, executor ex) {
-    return hold_awaitable{[this, rule, wc, ex = std::move(ex)](std::function<void(std::error_code, lock_hold)> done) {
-                            start(rule, wc, ex, std::move(done));
+  hold_awaitable awaitable(const Rule& rule, const wait_context& wc, executor ex, on_revoke revocation = on_revoke::notify) {
+    return hold_awaitable{[this, rule, wc, ex = std::move(ex), revocation](std::function<void(std::error_code, lock_hold)> done) {
+                            start(rule, wc, ex, std::move(done), revocation);
                           },
                           path_};
   }

@@ -29,6 +29,7 @@ import :operations;
 import :algorithm;
 import :reentrancy;
 import :timeout;
+import :revoke;
 import :hooks;
 import :policies;
 
@@ -54,8 +55,9 @@ inline void check_bounds(const hold_bounds& b, const char* who) {
                                 std::to_string(b.at_most.count()) + " ms)");
 }
 
-/// A lock object's hold bounds (set_hold_bounds), for acquires whose wait_context sets none.
-class bounds_setting {
+/// A lock object's settings for the holds it is granted: hold bounds (set_hold_bounds, for
+/// acquires whose wait_context sets none) and the on_revoke policy (set_on_revoke).
+class hold_setting {
  public:
   /// Effects: from now on acquires take `b`. Throws: as check_bounds.
   void set(const hold_bounds& b) {
@@ -68,6 +70,10 @@ class bounds_setting {
     return {std::chrono::milliseconds{at_most_.load(std::memory_order_relaxed)},
             std::chrono::milliseconds{at_least_.load(std::memory_order_relaxed)}};
   }
+  /// Effects: from now on holds are granted with the policy `p`.
+  void set_revoke(on_revoke p) noexcept { revoke_.store(p, std::memory_order_relaxed); }
+  /// Returns: the policy set.
+  on_revoke revoke_policy() const noexcept { return revoke_.load(std::memory_order_relaxed); }
   /// Returns: `wc` with the zero fields of its hold bounds taken from these. Throws: as check_bounds.
   wait_context apply(const wait_context& wc) const {
     wait_context out = wc;
@@ -80,7 +86,16 @@ class bounds_setting {
 
  private:
   std::atomic<std::int64_t> at_most_{0}, at_least_{0};
+  std::atomic<on_revoke> revoke_{on_revoke::notify};
 };
+
+/// Effects: the hold `h` was just granted: its guard acts on revocation requests by `p` from now
+/// on (and on one seen while it waited); with `release`, its node is watched at once (one request),
+/// since nobody may ask for its tokens. Never throws.
+inline void grant_revocation(session& s, const hold& h, on_revoke p) noexcept {
+  h.guard->granted(p);
+  if (p == on_revoke::release && h.guard->claim_watch()) watch_own_node(s, h.node, h.guard);
+}
 
 /// Effects: bounds the hold `h`, just granted, by `b`: a timer that ends it at b.at_most (fires its
 /// loss signal and deletes its node, unless its owner released it first), and the time before
@@ -175,10 +190,11 @@ class acquire_probe {
 /// cancellation. Throws: as acquire_node (then no report).
 template <LockPolicies P, class Rule>
 std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule& rule, const wait_context& wc,
-                                 const hooks_ref<typename P::hooks>& hooks) {
+                                 const hooks_ref<typename P::hooks>& hooks, on_revoke revocation = on_revoke::notify) {
   acquire_probe<P> probe;
   auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc, probe.counters()).run();
   auto h = probe.finish(hooks, path, std::move(g));
+  if (h) grant_revocation(s, *h, revocation);
   if (h && wc.hold != hold_bounds{}) {
     try {
       bound_hold(s, *h, wc.hold);
@@ -220,6 +236,13 @@ inline std::error_code end_hold(session& s, const hold& h, std::string_view path
 inline std::stop_token lost_token_of(session& s, const hold& h) {
   if (h.guard->claim_watch()) watch_held_node(s, h.node, h.guard);
   return h.guard->token();
+}
+
+/// Returns: the revocation signal of `h` (the first call arms a watch on its node, as
+/// lost_token_of does, whose reply also tells a request made before).
+inline std::stop_token revocation_token_of(session& s, const hold& h) {
+  if (h.guard->claim_watch()) watch_held_node(s, h.node, h.guard);
+  return h.guard->revocation_token();
 }
 
 /// Returns: whether no loss of `h` was signalled (arms the node watch once, as lost_token_of does,
@@ -365,13 +388,13 @@ class lock_side {
   /// Returns: whether the caller holds. Throws: as hold_book::begin and acquire_node.
   template <class Rule>
   bool acquire(const Rule& rule, const wait_context& wc) {
-    const wait_context bounded = bounds.apply(wc);
+    const wait_context bounded = settings.apply(wc);
     const auto st = book_.begin(bounded, path_);
     if (!st) return false;
     if (*st == book::start::reentered) return true;
     std::optional<hold> h;
     try {
-      h = acquire_hold<P>(s_, path_, rule, bounded, hooks_);
+      h = acquire_hold<P>(s_, path_, rule, bounded, hooks_, settings.revoke_policy());
     } catch (...) {
       book_.finish(std::nullopt);
       throw;
@@ -395,6 +418,7 @@ class lock_side {
       throw;
     }
     h->node.granted_at = clock::now();  // this side's hold begins now
+    h->guard->granted(settings.revoke_policy());
     book_.finish(std::move(h));
     return true;
   }
@@ -430,6 +454,10 @@ class lock_side {
   /// Returns: whether the caller holds (bookkeeping only).
   bool held() const noexcept { return book_.count() > 0; }
 
+  /// Returns: the revocation token of the caller's hold (see revocation_token_of). Throws:
+  /// errc::not_held naming `fn` and the path.
+  std::stop_token revocation_token(const char* fn) const { return revocation_token_of(s_, caller_hold(fn)); }
+
   /// Returns: the loss token of the caller's hold (see lost_token_of). Throws: errc::not_held
   /// naming `fn` and the path.
   std::stop_token lost_token(const char* fn) const { return lost_token_of(s_, caller_hold(fn)); }
@@ -444,7 +472,7 @@ class lock_side {
     }
   }
 
-  bounds_setting bounds;  ///< the lock object's hold bounds (set_hold_bounds)
+  hold_setting settings;  ///< the lock object's hold bounds and on_revoke policy
 
  private:
   hold caller_hold(const char* fn) const {

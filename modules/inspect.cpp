@@ -233,6 +233,7 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
     ci.side = side_of(c.kind);
     ci.token = info->czxid;
     ci.session_id = info->ephemeral_owner;
+    ci.revocation_requested = detail::is_revocation_request(info->data);
     auto who = detail::parse_identity(info->data);
     ci.who = contender_identity{std::move(who.host), who.pid, who.since};
     out.push_back(std::move(ci));
@@ -351,6 +352,74 @@ bool watch_contenders(session& s, std::string_view path_in, const wait_context& 
     if (!on_change(queue_of(s, path, *listing, [&] { return stored_leases(s, path); }))) return true;
     return std::nullopt;
   });
+}
+
+// ---- revoke ----------------------------------------------------------------------------------------
+
+const char* to_string(revoke_outcome o) noexcept {
+  switch (o) {
+    case revoke_outcome::released: return "released";
+    case revoke_outcome::forced: return "forced";
+    case revoke_outcome::gone: return "gone";
+    case revoke_outcome::still_held: return "still held";
+  }
+  return "unknown";
+}
+
+std::vector<revoked> revoke(session& s, std::string_view path_in, const revoke_options& o) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  if (o.grace.count() < 0) throw std::invalid_argument("zklock::revoke: a negative grace period");
+  if (o.node.find('/') != std::string::npos || o.node == "." || o.node == "..")
+    throw std::invalid_argument("zklock::revoke: \"" + o.node + "\" is no node name under " + path);
+  std::vector<revoked> out;
+  if (!o.node.empty()) {
+    out.push_back({o.node, revoke_outcome::gone});
+  } else {
+    for (const auto& c : contenders(s, path))
+      if (c.state == contender_state::holder) out.push_back({c.node, revoke_outcome::gone});
+  }
+  // Ask: Curator's marker in each holder's node (a holder whose node is gone is not asked).
+  std::vector<std::size_t> asked;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    try {
+      s.set(path + "/" + out[i].node, std::string{detail::revocation_marker});
+      asked.push_back(i);
+    } catch (const std::system_error& e) {
+      if (e.code() != errc::no_node) throw;
+    }
+  }
+  if (asked.empty()) return out;
+  // Wait for their nodes to go, on a children watch of the lock node, up to the grace period.
+  auto still_there = [&](const detail::name_list& listing, std::size_t i) {
+    for (std::size_t k = 0; k < listing.size(); ++k)
+      if (listing[k] == out[i].node) return true;
+    return false;
+  };
+  std::vector<std::size_t> left = asked;
+  if (o.grace.count() > 0) {
+    const wait_context wc{.deadline = detail::clock::now() + o.grace};
+    using listing_type = std::optional<detail::name_list>;
+    each_listing(s, path, wc, wc.deadline, [&](const listing_type& listing, bool missing) -> std::optional<bool> {
+      if (missing) {  // the lock node is gone, and every node under it
+        left.clear();
+        return true;
+      }
+      if (!listing) return false;  // the grace period is over
+      std::erase_if(left, [&](std::size_t i) { return !still_there(*listing, i); });
+      if (left.empty()) return true;
+      return std::nullopt;
+    });
+  }
+  for (std::size_t i : asked) out[i].outcome = revoke_outcome::released;
+  // Force the holds still there: delete their nodes (a node gone meanwhile was released in time).
+  for (std::size_t i : left) {
+    if (!o.force) {
+      out[i].outcome = revoke_outcome::still_held;
+      continue;
+    }
+    out[i].outcome = s.remove(path + "/" + out[i].node) ? revoke_outcome::forced : revoke_outcome::released;
+  }
+  return out;
 }
 
 }  // namespace zklock

@@ -69,6 +69,9 @@ struct contender_info {
   std::int64_t session_id = 0;                      ///< the session that owns the node
   contender_identity who;                           ///< host, pid, since
   std::optional<hold_record> record;                ///< a holder's acquire record, if it stored one
+  /// A revoker asked it to let go (revoke(), Curator's Revoker): its node holds the revocation
+  /// marker, which replaced what it stored (so `who` is empty).
+  bool revocation_requested = false;
 };
 
 /// A hold_record stored on the server by record_hold(): an ephemeral node beside the hold, deleted by

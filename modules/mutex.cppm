@@ -11,6 +11,7 @@ module;
 export module zklock:mutex;
 import :errors;
 import :session;
+import :revoke;
 import :operations;
 import zklock.detail;
 import :holds;
@@ -125,7 +126,8 @@ class basic_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::exclusive_rule{}, side_.bounds.apply(wc), std::move(ex), std::move(cb));
+    async_.start(detail::exclusive_rule{}, side_.settings.apply(wc), std::move(ex), std::move(cb),
+                 side_.settings.revoke_policy());
   }
   /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -136,16 +138,25 @@ class basic_mutex {
   /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::exclusive_rule{}, side_.bounds.apply(wc), std::move(ex));
+    return async_.awaitable(detail::exclusive_rule{}, side_.settings.apply(wc), std::move(ex),
+                            side_.settings.revoke_policy());
   }
 
   /// Effects: bounds every hold granted from now on (see hold_bounds: at_most ends it and fires
   /// lost_token(); a release before at_least keeps the node until then); an acquire's
   /// wait_context::hold overrides a field it sets. Zero fields: no bound (the default).
   /// Throws: std::invalid_argument for a negative bound, or at_least over at_most.
-  void set_hold_bounds(const hold_bounds& b) { side_.bounds.set(b); }
+  void set_hold_bounds(const hold_bounds& b) { side_.settings.set(b); }
   /// Returns: the bounds set by set_hold_bounds.
-  hold_bounds hold_bounds_set() const noexcept { return side_.bounds.get(); }
+  hold_bounds hold_bounds_set() const noexcept { return side_.settings.get(); }
+
+  /// Effects: holds granted from now on act on a request to let go (revoke(), Curator's Revoker) by
+  /// `p` (see on_revoke; the default is notify).
+  void set_on_revoke(on_revoke p) noexcept { side_.settings.set_revoke(p); }
+  /// Returns: a token that fires when the caller's hold is asked to let go, unless its policy is
+  /// ignore (the first call arms a watch on its node, as lost_token() does: one request; a request
+  /// made before is seen too). Throws: std::system_error(errc::not_held).
+  std::stop_token revocation_token() const { return side_.revocation_token("revocation_token()"); }
 
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }

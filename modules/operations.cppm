@@ -19,6 +19,7 @@ module;
 export module zklock:operations;
 import zklock.detail;
 import :session;
+import :revoke;
 import :wakeup;
 
 namespace zklock::detail {
@@ -197,10 +198,6 @@ void drop_watch(session& s, const std::string& path, bool children, const wake_t
 /// Never throws.
 std::error_code release_node(session& s, const held_node& n) noexcept;
 
-/// Effects: deletes our node `n` without waiting for the reply (queued for the session's worker
-/// while the connection is down; nothing if its session is gone, which took it along). For the
-/// hold timers, which never wait on the network. Never throws.
-void release_node_in_background(session& s, const held_node& n) noexcept;
 
 /// Effects: runs `f` at `at` on the session's hold-timer thread (started by the first timer), with
 /// no lock held; `f` must not wait on the network. Returns: an id for cancel_hold_timer; 0 if the
@@ -229,14 +226,51 @@ std::stop_token loss_token(const session& s, std::uint64_t generation);
 /// Effects: calls request_stop() on `stop` on the session's own thread (soon, not now).
 void run_on_session_thread(session& s, std::stop_source stop) noexcept;
 
+/// Effects: deletes our node `n` without waiting for the reply (queued for the session's worker
+/// while the connection is down; nothing if its session is gone, which took it along). For the
+/// hold timers and revocations, which never wait on the network. Never throws.
+void release_node_in_background(session& s, const held_node& n) noexcept;
+
 /// The loss signal of one hold: fires when its session generation is lost, or (once watched) when
 /// its node is deleted by someone else. Quiet after release(). A waiter may arm the node watch
 /// before it is granted (see watch_own_node): then the guard also tells the engine, before the
-/// grant, whether its node still stands.
-class hold_guard final : public wake_target {
+/// grant, whether its node still stands. Its revocation signal fires when, once granted, its node's
+/// data is a revocation request (seen by the node watch: as it is armed, and at each data change,
+/// after which the watch is armed again), unless the hold's on_revoke policy is `ignore`.
+class hold_guard final : public wake_target, public std::enable_shared_from_this<hold_guard> {
  public:
   /// Effects: links the guard to `session_loss` (it fires with it). Throws: std::bad_alloc.
   hold_guard(session& s, std::stop_token session_loss) : s_(s), link_(std::move(session_loss), stopper{&source_}) {}
+  /// Effects: records the node the watch is on (before it is armed).
+  void watching(const held_node& n) {
+    std::lock_guard lk{node_mu_};
+    if (node_.path.empty()) node_ = n;
+  }
+  /// Returns: the node the watch is on (empty path: not watched yet).
+  held_node watched_node() const {
+    std::lock_guard lk{node_mu_};
+    return node_;
+  }
+  /// Effects: the node's data was read as `data` (arming or re-arming its watch): a revocation
+  /// request if it is the marker. Before the grant it waits for granted(). Never throws.
+  void data_seen(std::string_view data) noexcept {
+    if (!is_revocation_request(data)) return;
+    asked_.store(true, std::memory_order_release);
+    if (granted_.load(std::memory_order_acquire)) act_on_request();
+  }
+  /// Effects: the hold is granted, with the policy `p` for revocation requests; acts on a request
+  /// seen before. Never throws.
+  void granted(on_revoke p) noexcept {
+    policy_.store(p, std::memory_order_relaxed);
+    granted_.store(true, std::memory_order_release);
+    if (asked_.load(std::memory_order_acquire)) act_on_request();
+  }
+  /// Returns: the policy the hold was granted with.
+  on_revoke policy() const noexcept { return policy_.load(std::memory_order_relaxed); }
+  /// Returns: the revocation signal.
+  std::stop_token revocation_token() const noexcept { return revoke_.get_token(); }
+  /// Returns: whether a revocation request was seen (whatever the policy did with it).
+  bool revocation_asked() const noexcept { return asked_.load(std::memory_order_acquire); }
   /// Effects: the node's watch fired (deleted or changed by someone else, or session ended): marks
   /// the guard fired at once, and fires the token on the session's thread (so users' stop callbacks
   /// never run on ZooKeeper's). Does nothing after release().
@@ -269,6 +303,21 @@ class hold_guard final : public wake_target {
   }
 
  private:
+  /// Effects: once per hold, unless released: fires the revocation signal (not for `ignore`) and,
+  /// for `release`, ends the hold: the loss signal fires and the node is deleted.
+  void act_on_request() noexcept {
+    if (released() || acted_.exchange(true)) return;
+    const on_revoke p = policy();
+    if (p == on_revoke::ignore) return;
+    run_on_session_thread(s_, revoke_);
+    if (p != on_revoke::release) return;
+    try {
+      const held_node n = watched_node();
+      wake();
+      if (!n.path.empty()) release_node_in_background(s_, n);
+    } catch (...) {  // allocation failure: the revoker forces it after its grace
+    }
+  }
   enum class watch_state : unsigned char { none, pending, armed };
   struct stopper {
     std::stop_source* s;
@@ -276,6 +325,11 @@ class hold_guard final : public wake_target {
   };
   session& s_;
   std::stop_source source_;
+  std::stop_source revoke_;
+  mutable std::mutex node_mu_;
+  held_node node_;  // the node watched (guarded by node_mu_)
+  std::atomic<on_revoke> policy_{on_revoke::notify};
+  std::atomic<bool> granted_{false}, asked_{false}, acted_{false};
   std::atomic<bool> released_{false};
   std::atomic<bool> fired_{false};
   std::atomic<watch_state> watch_{watch_state::none};

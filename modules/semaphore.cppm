@@ -17,6 +17,7 @@ module;
 export module zklock:semaphore;
 import :errors;
 import :session;
+import :revoke;
 import :operations;
 import zklock.detail;
 import :holds;
@@ -151,6 +152,12 @@ class basic_counting_semaphore {
   void set_hold_bounds(const hold_bounds& b) { bounds_.set(b); }
   /// Returns: the bounds set by set_hold_bounds.
   hold_bounds hold_bounds_set() const noexcept { return bounds_.get(); }
+  /// Effects: leases granted from now on act on a request to let go by `p` (see
+  /// basic_mutex::set_on_revoke).
+  void set_on_revoke(on_revoke p) noexcept { bounds_.set_revoke(p); }
+  /// Returns: the revocation signal (see basic_mutex::revocation_token) of the most recently granted
+  /// lease of this object. Throws: std::system_error(errc::not_held) if it holds no lease.
+  std::stop_token revocation_token() const { return detail::revocation_token_of(s_, latest("revocation_token()")); }
   /// Returns: the semaphore node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -165,7 +172,8 @@ class basic_counting_semaphore {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex), std::move(cb));
+    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex), std::move(cb),
+                 bounds_.revoke_policy());
   }
   /// Effects: as async_acquire(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -176,7 +184,8 @@ class basic_counting_semaphore {
   /// lives): `lock_hold h = co_await x.async_acquire(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_acquire(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex));
+    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex),
+                            bounds_.revoke_policy());
   }
 
  private:
@@ -188,7 +197,7 @@ class basic_counting_semaphore {
   }
   bool acquire_within(const wait_context& wc) {
     auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)},
-                                     bounds_.apply(wc), hooks_);
+                                     bounds_.apply(wc), hooks_, bounds_.revoke_policy());
     if (!l) return false;
     try {
       std::lock_guard lk{mu_};
@@ -212,7 +221,7 @@ class basic_counting_semaphore {
   detail::hooks_ref<hooks_type> hooks_;
   mutable std::mutex mu_;
   std::vector<detail::hold> held_;  // the leases, in grant order
-  detail::bounds_setting bounds_;
+  detail::hold_setting bounds_;
   detail::async_side<P> async_;     // last: destroyed first
 };
 

@@ -11,6 +11,7 @@ module;
 export module zklock:shared_mutex;
 import :errors;
 import :session;
+import :revoke;
 import :operations;
 import zklock.detail;
 import :holds;
@@ -132,11 +133,22 @@ class basic_shared_mutex {
   /// Effects: bounds every hold of either side granted from now on (see basic_mutex::set_hold_bounds).
   /// Throws: std::invalid_argument for a negative bound, or at_least over at_most.
   void set_hold_bounds(const hold_bounds& b) {
-    write_.bounds.set(b);
-    read_.bounds.set(b);
+    write_.settings.set(b);
+    read_.settings.set(b);
   }
   /// Returns: the bounds set by set_hold_bounds.
-  hold_bounds hold_bounds_set() const noexcept { return write_.bounds.get(); }
+  hold_bounds hold_bounds_set() const noexcept { return write_.settings.get(); }
+  /// Effects: holds of either side granted from now on act on a request to let go by `p` (see
+  /// basic_mutex::set_on_revoke).
+  void set_on_revoke(on_revoke p) noexcept {
+    write_.settings.set_revoke(p);
+    read_.settings.set_revoke(p);
+  }
+  /// Returns: the revocation signal (see basic_mutex::revocation_token) of the caller's write hold,
+  /// or else of its read hold. Throws: errc::not_held if it holds neither.
+  std::stop_token revocation_token() const {
+    return (write_.held() ? write_ : read_).revocation_token("revocation_token()");
+  }
   /// Returns: the lock node's path.
   const std::string& path() const noexcept { return path_; }
 
@@ -150,7 +162,8 @@ class basic_shared_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::write_rule{}, write_.bounds.apply(wc), std::move(ex), std::move(cb));
+    async_.start(detail::write_rule{}, write_.settings.apply(wc), std::move(ex), std::move(cb),
+                 write_.settings.revoke_policy());
   }
   /// Effects: as async_lock(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -161,7 +174,8 @@ class basic_shared_mutex {
   /// lives): `lock_hold h = co_await x.async_lock(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_lock(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::write_rule{}, write_.bounds.apply(wc), std::move(ex));
+    return async_.awaitable(detail::write_rule{}, write_.settings.apply(wc), std::move(ex),
+                            write_.settings.revoke_policy());
   }
 
   /// Effects: as async_lock, for the read side. Unlike lock_shared(), it never shares a write hold
@@ -169,7 +183,8 @@ class basic_shared_mutex {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_lock_shared(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::read_rule{}, read_.bounds.apply(wc), std::move(ex), std::move(cb));
+    async_.start(detail::read_rule{}, read_.settings.apply(wc), std::move(ex), std::move(cb),
+                 read_.settings.revoke_policy());
   }
   /// Effects: as async_lock_shared(wait_context{}, cb): no deadline but the timeout policy's.
   template <AcquireCallback Callback>
@@ -181,7 +196,8 @@ class basic_shared_mutex {
   /// (default: the session's completion thread). Its co_await throws std::system_error with the
   /// codes above.
   [[nodiscard]] hold_awaitable async_lock_shared(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::read_rule{}, read_.bounds.apply(wc), std::move(ex));
+    return async_.awaitable(detail::read_rule{}, read_.settings.apply(wc), std::move(ex),
+                            read_.settings.revoke_policy());
   }
 
  private:

@@ -17,6 +17,7 @@ export import :shared_mutex;  // basic_shared_mutex<Policies>: a fair read/write
 export import :semaphore;     // basic_counting_semaphore<Policies>: a fair counting semaphore
 export import :aliases;       // mutex, recursive_mutex, owner_mutex, shared_mutex, counting_semaphore
 export import :inspect;       // contenders(), locks_below(): who holds a lock and who waits (what `zklock ls` prints)
+export import :revoke;        // revoke(), on_revoke: ask a holder to let go, then force it
 export import :live_session;  // on_live_session(): do a piece of work again on the next session
 
 // Implementation, reachable by the lock templates wherever they are instantiated but not visible

@@ -173,6 +173,13 @@ std::string digest_identity(std::string_view user_colon_password);
 /// scheme that zklock cannot judge from the client side (ip, sasl, x509, ...) does.
 bool acl_may_delete(const std::vector<acl_entry>& acl, std::string_view digest_id) noexcept;
 
+/// What a revoker writes into a holder's node to ask it to let go: Curator's revocation marker, so
+/// that zklock and Curator (Revoker.attemptRevoke, makeRevocable) ask each other.
+inline constexpr std::string_view revocation_marker = "__REVOKE__";
+
+/// Returns: whether a contender node's data is a revocation request (exactly the marker).
+constexpr bool is_revocation_request(std::string_view data) noexcept { return data == revocation_marker; }
+
 /// Returns: the data stored for a contender: "host=<host> pid=<pid> since=<unix ms>".
 std::string contender_data();
 

@@ -35,9 +35,15 @@ namespace zklock::detail {
 
 // ---- the watch registry ----------------------------------------------------------------------------
 
+/// Effects: on the loop's thread, in its watcher, after a data change of a held node: arms the
+/// node's watch again (it is one-shot), whose reply's data says whether the change is a revocation
+/// request (see hold_guard::data_seen). Never throws.
+void rearm_held_watch(session_impl& s, io_loop& loop, const std::shared_ptr<hold_guard>& g) noexcept;
+
 namespace {
 
 void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+
 
 /// The watcher of every watch group: `ctx` is the group's id; the session's watch registry is
 /// reached through the handle's context (valid while the client runs: it is its io_loop's, which
@@ -51,6 +57,18 @@ extern "C" void node_watcher(zhandle_t* zh, int type, int state, const char*, vo
   if (h->loop) h->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
   auto woken = h->impl->watches.take(reinterpret_cast<std::uintptr_t>(ctx));
   const steps_here here;  // the acquires it wakes take their next step on this thread, as a reply's
+  if (type == ZOO_CHANGED_EVENT && h->loop) {
+    // A held node's data changed (a revocation request, perhaps): its watch is armed again, and
+    // the reply's data says whether it is one. It is no loss.
+    woken.wake_all([&](wake_target& t) noexcept {
+      if (auto* g = dynamic_cast<hold_guard*>(&t)) {
+        if (const auto held = g->weak_from_this().lock()) rearm_held_watch(*h->impl, *h->loop, held);
+      } else {
+        t.wake();
+      }
+    });
+    return;
+  }
   if (type != ZOO_DELETED_EVENT) {
     woken.wake_all();
     return;
@@ -128,19 +146,21 @@ void remove_watches(session_impl& s, zhandle_t* zh, const std::string& path, boo
 /// Returns: whether the node is gone or present; nullopt if `deadline` passed.
 /// Throws: std::system_error (session_expired, session_closed, the server's refusal).
 std::optional<node_seen> watch_node(session& sess, const std::string& path, const std::shared_ptr<wake_target>& watcher,
-                                    clock::time_point deadline) {
+                                    clock::time_point deadline, std::string* data = nullptr) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: watching ", path, "READ", path};
   const std::uint64_t g = s.states.live_generation(what);
   const std::uint64_t group = s.watches.join(path, false, watcher);
   // getData, not exists: on a missing node it leaves no watch behind.
-  const auto rc = s.call(deadline, g, what, nullptr, [&](zhandle_t* zh, const void* d) {
+  reply r;
+  const auto rc = s.call(deadline, g, what, data ? &r : nullptr, [&](zhandle_t* zh, const void* d) {
     return zoo_awget(zh, path.c_str(), &node_watcher, watch_ctx(group), &reply_to::on_data, d);
   });
   if (!rc || *rc != ZOK) drop_watch(sess, path, false, watcher.get());
   if (!rc) return std::nullopt;
   if (*rc == ZNONODE) return node_seen::gone;
   if (*rc != ZOK) fail(*rc, what);
+  if (data) *data = std::move(r.value);
   return node_seen::present;
 }
 
@@ -275,9 +295,12 @@ void watch_held_node(session& sess, const held_node& n, const std::shared_ptr<ho
     return;
   }
   try {
-    const auto seen = watch_node(sess, n.path, g, clock::now() + impl_of(sess).opts.connect_timeout);
+    g->watching(n);
+    std::string data;
+    const auto seen = watch_node(sess, n.path, g, clock::now() + impl_of(sess).opts.connect_timeout, &data);
     if (seen && *seen == node_seen::gone) g->wake();
     g->watch_result(seen && *seen != node_seen::gone);
+    if (seen && *seen == node_seen::present) g->data_seen(data);
   } catch (const std::system_error&) {
     g->wake();  // expired or closed meanwhile: lost
   } catch (...) {  // allocation failure: not watched
@@ -294,11 +317,14 @@ struct own_watch_box {
   std::weak_ptr<hold_guard> guard;
 };
 
-extern "C" void on_own_watch(int rc, const char*, int, const struct Stat*, const void* data) {
+extern "C" void on_own_watch(int rc, const char* value, int len, const struct Stat*, const void* data) {
   std::unique_ptr<own_watch_box> box{static_cast<own_watch_box*>(const_cast<void*>(data))};
   auto g = box->guard.lock();
   if (rc == ZOK) {
-    if (g) g->watch_result(true);
+    if (g) {
+      g->watch_result(true);
+      g->data_seen(value && len > 0 ? std::string_view{value, static_cast<std::size_t>(len)} : std::string_view{});
+    }
     return;
   }
   box->s->watches.leave(box->path, g.get());
@@ -309,19 +335,21 @@ extern "C" void on_own_watch(int rc, const char*, int, const struct Stat*, const
 
 }  // namespace
 
-void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept {
-  session_impl& s = impl_of(sess);
+namespace {
+
+/// Effects: sends the data watch of our node `n` for `g` through `loop`'s handle if `loop` is the
+/// handle of n's generation (`loop` null: none; the caller checked the rest), whose completion
+/// records whether it is armed and reads the node's data; else records it not armed. Never throws.
+void send_own_watch(session_impl& s, io_loop* loop, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept {
   try {
     auto box = std::make_unique<own_watch_box>(own_watch_box{&s, n.path, g});
     const std::uint64_t group = s.watches.join(n.path, false, g);
     int rc = ZCONNECTIONLOSS;
-    const state_view v = s.states.view();
-    if (v.live(n.generation) && v.state == session_state::connected)
-      if (const auto loop = s.handle.current(); loop && loop->ctx.generation == n.generation)
-        rc = loop->with_handle([&](zhandle_t* zh) {
-          return zh ? zoo_awget(zh, n.path.c_str(), &node_watcher, watch_ctx(group), &on_own_watch, box.get())
-                    : static_cast<int>(ZCONNECTIONLOSS);
-        });
+    if (loop && loop->ctx.generation == n.generation)
+      rc = loop->with_handle([&](zhandle_t* zh) {  // (recursive: the loop's own thread may call it)
+        return zh ? zoo_awget(zh, n.path.c_str(), &node_watcher, watch_ctx(group), &on_own_watch, box.get())
+                  : static_cast<int>(ZCONNECTIONLOSS);
+      });
     if (rc == ZOK) {
       box.release();  // owned by the completion now, which always comes
       return;
@@ -330,6 +358,31 @@ void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hol
   } catch (...) {  // allocation failure: not watched
   }
   g->watch_result(false);
+}
+
+}  // namespace
+
+void rearm_held_watch(session_impl& s, io_loop& loop, const std::shared_ptr<hold_guard>& g) noexcept {
+  try {
+    const held_node n = g->watched_node();
+    if (n.path.empty() || g->released()) return;
+    g->watch_result(false);  // it fired
+    if (g->claim_watch()) send_own_watch(s, &loop, n, g);  // on the loop's thread, in its watcher
+  } catch (...) {  // allocation failure: not watched
+    g->watch_result(false);
+  }
+}
+
+void watch_own_node(session& sess, const held_node& n, const std::shared_ptr<hold_guard>& g) noexcept {
+  session_impl& s = impl_of(sess);
+  std::shared_ptr<io_loop> loop;
+  try {
+    g->watching(n);
+    const state_view v = s.states.view();
+    if (v.live(n.generation) && v.state == session_state::connected) loop = s.handle.current();
+  } catch (...) {  // allocation failure: not watched
+  }
+  send_own_watch(s, loop.get(), n, g);
 }
 
 }  // namespace zklock::detail

@@ -384,13 +384,15 @@ void say(const std::string& line) {
 // hold CONNECT LOCK TIMEOUT_MS: takes a zklock::mutex, says "held TOKEN SID PASSWORD_HEX", says
 // "lost" when its lost_token() fires. Commands on stdin: "write VALUE" is answered "write TOKEN
 // VALUE" (a write to the fenced store with the token of its hold, whether or not it still holds:
-// like a process paused between its check and its write); "owned" is answered "owned 0|1". Ends
-// on end of file.
+// like a process paused between its check and its write); "guarded NODE VALUE" sets NODE to VALUE
+// with a guarded write of its hold (session::commit_if_held), answered "guarded ok" or "guarded
+// refused CODE"; "owned" is answered "owned 0|1". Ends on end of file.
 int role_hold(const std::vector<std::string>& a) {
   zklock::session s{opts(a.at(0), milliseconds{std::stoll(a.at(2))})};
   zklock::mutex m{s, a.at(1)};
   m.lock();
   const std::int64_t token = m.fencing_token();
+  const zklock::fence fence = m.fence();
   const auto lost = m.lost_token();
   std::stop_callback report_loss{lost, [] { say("lost"); }};
   say("held " + std::to_string(token) + " " + std::to_string(s.id()) + " " + to_hex(zkt::session_password(s)));
@@ -398,6 +400,15 @@ int role_hold(const std::vector<std::string>& a) {
   while (const auto cmd = in.next(24h)) {
     if (cmd->starts_with("write ")) say("write " + std::to_string(token) + " " + cmd->substr(6));
     else if (*cmd == "owned") say(std::string{"owned "} + (m.still_owned() ? "1" : "0"));
+    else if (cmd->starts_with("guarded ")) {
+      const auto sp = cmd->find(' ', 8);
+      try {
+        s.commit_if_held(fence, {zklock::op::set(cmd->substr(8, sp - 8), cmd->substr(sp + 1))});
+        say("guarded ok");
+      } catch (const std::system_error& e) {
+        say("guarded refused " + e.code().message());
+      }
+    }
   }
   m.unlock();
   return 0;
@@ -471,9 +482,10 @@ TEST(FaultInjection, KilledHolderPassesTheLockAfterTheSessionTimeout) {
 }
 
 // 2. A holder paused (SIGSTOP) while its session is expired: after SIGCONT its lost_token() fires,
-// the waiter has the lock meanwhile, and the old holder's write with its old fencing token is
-// rejected by a fenced store that has seen the new holder's token.
-TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected) {
+// the waiter has the lock meanwhile, the old holder's write with its old fencing token is
+// rejected by a fenced store that has seen the new holder's token, and its guarded write of state
+// kept in ZooKeeper (session::commit_if_held) is refused by the server, leaving the new holder's.
+TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedAndGuardedWritesAreRejected) {
   zkt::private_server zk;
   const auto path = zkt::unique_path("fi-pause");
   const auto timeout = scaled(4000ms);
@@ -495,6 +507,10 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
   };
   holder->send("write from-holder-1");
   EXPECT_EQ(apply(holder->read_line(30s)), std::optional<bool>{true}) << "the live holder's write";
+  const std::string config = path + "-config";  // state kept in ZooKeeper, written with guarded writes
+  zkt::create_path(config);
+  holder->send("guarded " + config + " from-holder-1");
+  EXPECT_EQ(holder->read_line(30s), std::optional<std::string>{"guarded ok"});
 
   zklock::session s{opts(zk.connect(), scaled(4000ms))};
   bounded_mutex m{s, path};
@@ -514,6 +530,7 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
   const std::int64_t new_token = m.fencing_token();
   EXPECT_GT(new_token, held->token);
   EXPECT_TRUE(store.write(new_token, "from-new-holder"));
+  s.commit_if_held(m.fence(), {zklock::op::set(config, "from-new-holder")});
   const auto kids_now = zkt::children(path);
   EXPECT_EQ(std::count(kids_now.begin(), kids_now.end(), holder_node), 0) << "the expired holder's node is still there";
 
@@ -536,6 +553,12 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedWriteIsRejected)
     }
   }
   EXPECT_EQ(store.value(), "from-new-holder");
+  // Its guarded write of the state kept in ZooKeeper is refused by the server itself: no token to check.
+  holder->send("guarded " + config + " from-stale-holder");
+  const auto guarded = holder->read_line(timeout + scaled(10s));
+  ASSERT_TRUE(guarded) << "the paused holder did not report its guarded write";
+  EXPECT_TRUE(guarded->starts_with("guarded refused ")) << *guarded;
+  EXPECT_EQ(zkt::stat_node(config).data, "from-new-holder");
   holder->send("owned");
   EXPECT_EQ(holder->read_line(30s), std::optional<std::string>{"owned 0"});
   holder->close_stdin();

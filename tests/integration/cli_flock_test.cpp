@@ -259,6 +259,52 @@ TEST(CliExec, HoldAtLeastKeepsTheLockAfterAnEarlyEnd) {
   EXPECT_NE(bad.err().find("--hold-at-least"), std::string::npos) << bad.err();
 }
 
+// zklock revoke: an exec holder is asked and stops CMD (exit 75, saying it was revoked): released on
+// request. With --on-revoke ignore it goes on until the grace period is over: forced. Nobody
+// holding: nothing to revoke.
+TEST(CliRevoke, AnExecHolderIsAskedThenForced) {
+  const auto path = zkt::unique_path("cli-revoke");
+  zklock_run holder{exec_args({}, {path, "--", "sh", "-c", "echo held; sleep 120"})};
+  ASSERT_EQ(holder.read_line(), "held") << holder.err();
+  const auto node = contender_nodes(path).at(0);
+  zklock_run r{{"revoke", "--connect", zkt::connect(), "--grace", "30s", path}};
+  EXPECT_EQ(run(r), 0) << r.err();
+  EXPECT_EQ(r.out(), node + ": released on request\n");
+  EXPECT_EQ(run(holder), 75) << holder.err();
+  EXPECT_NE(holder.err().find("revoked"), std::string::npos) << holder.err();
+
+  zklock_run stubborn{exec_args({}, {"--on-revoke", "ignore", path, "--", "sh", "-c", "echo held; sleep 120"})};
+  ASSERT_EQ(stubborn.read_line(), "held") << stubborn.err();
+  const auto node2 = contender_nodes(path).at(0);
+  zklock_run forced{{"revoke", "--connect", zkt::connect(), "--grace", "300ms", path}};
+  EXPECT_EQ(run(forced), 0) << forced.err();
+  EXPECT_EQ(forced.out(), node2 + ": forced (its node deleted)\n");
+  EXPECT_EQ(run(stubborn), 75) << stubborn.err();
+  EXPECT_NE(stubborn.err().find("lost the lock"), std::string::npos) << stubborn.err();
+
+  zklock_run none{{"revoke", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(none), 0) << none.err();
+  EXPECT_NE(none.err().find("nobody holds"), std::string::npos) << none.err();
+  zklock_run bad{{"exec", "--connect", zkt::connect(), "--on-revoke", "later", path, "--", "true"}};
+  EXPECT_EQ(run(bad), 125);
+}
+
+// zklock ls shows a holder whose node carries a revocation request.
+TEST(CliRevoke, LsShowsAPendingRequest) {
+  const auto path = zkt::unique_path("cli-revoke-ls");
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, path};
+  m.set_on_revoke(zklock::on_revoke::ignore);
+  std::lock_guard g{m};
+  (void)zklock::revoke(s, path, {.grace = std::chrono::milliseconds{0}, .force = false});
+  zklock_run ls{{"ls", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(ls), 0) << ls.err();
+  EXPECT_NE(ls.out().find("revoke-requested"), std::string::npos) << ls.out();
+  zklock_run json{{"ls", "--json", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(json), 0) << json.err();
+  EXPECT_NE(json.out().find("\"revocation_requested\":true"), std::string::npos) << json.out();
+}
+
 TEST(CliLock, PrintsTheTokenOnceHeldAndReleasesWhenStdinCloses) {
   const auto path = zkt::unique_path("lock-stdin");
   lock_run l{path};

@@ -695,4 +695,47 @@ TEST(CuratorInterop, SharedMutexStepByStep) {
   EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
 }
 
+
+// ---- revocation in both directions ----------------------------------------------------------------
+
+// zklock's revoke() asks a revocable Curator mutex (makeRevocable): Curator hears the request, its
+// owning thread releases, and revoke() reports the hold released on request, not forced.
+TEST(CuratorInterop, ZklockRevokesARevocableCuratorMutex) {
+  const std::string path = zkt::unique_path("curator-revoked");
+  auto java = interactive_java(path, work_dir("curator-revoked"));
+  zklock::session s{zkt::options()};
+  ASSERT_EQ(ask(*java, "0.mutex.revocable"), "0 ok");
+  ASSERT_EQ(ask(*java, "0.mutex.lock"), "0 ok");
+  const auto holders = zklock::contenders(s, path);
+  ASSERT_EQ(holders.size(), 1u);
+  const auto result = zklock::revoke(s, path, {.grace = step_limit});
+  ASSERT_EQ(result.size(), 1u);
+  EXPECT_EQ(result[0].node, holders[0].node);
+  EXPECT_EQ(result[0].outcome, zklock::revoke_outcome::released) << zklock::to_string(result[0].outcome);
+  EXPECT_EQ(answer(*java), "0 revoke requested");
+  EXPECT_EQ(answer(*java), "0 released on request");
+  EXPECT_TRUE(zkt::children(path).empty());
+  java->send("quit");
+  EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
+}
+
+// Curator's Revoker asks a zklock holder: its revocation_token() fires (notify, the default); the
+// holder lets go.
+TEST(CuratorInterop, CuratorsRevokerAsksAZklockHolder) {
+  const std::string path = zkt::unique_path("curator-revoker");
+  auto java = interactive_java(path, work_dir("curator-revoker"));
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, path};
+  m.lock();
+  std::promise<void> asked;
+  const std::stop_callback on_request{m.revocation_token(), [&] { asked.set_value(); }};
+  EXPECT_EQ(ask(*java, "revoke " + m.fence().node), "r ok");
+  EXPECT_EQ(asked.get_future().wait_for(step_limit), std::future_status::ready) << "the request was not heard";
+  EXPECT_TRUE(m.still_owned()) << "a request is no loss";
+  m.unlock();
+  EXPECT_TRUE(zkt::children(path).empty());
+  java->send("quit");
+  EXPECT_EQ(java->wait(steady_clock::now() + step_limit), std::optional<int>{0}) << java->stderr_text();
+}
+
 }  // namespace

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 #include "expect_error.hpp"
+#include "stop_probe.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -23,36 +24,7 @@ using clock_type = std::chrono::steady_clock;
 using zklock::errc;
 using zkt::expect_error;
 
-/// Waits for a stop token to fire (no polling, no sleep).
-class fired {
- public:
-  explicit fired(std::stop_token t) : cb_(std::move(t), set{this}) {}
-  /// Returns: whether it fired within `limit`; when it fired in *at.
-  bool wait(std::chrono::milliseconds limit, clock_type::time_point* at = nullptr) {
-    std::unique_lock lk{mu_};
-    const bool ok = cv_.wait_for(lk, limit, [&] { return done_; });
-    if (ok && at) *at = at_;
-    return ok;
-  }
-
- private:
-  struct set {
-    fired* f;
-    void operator()() const noexcept {
-      {
-        std::lock_guard lk{f->mu_};
-        f->done_ = true;
-        f->at_ = clock_type::now();
-      }
-      f->cv_.notify_all();
-    }
-  };
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  clock_type::time_point at_{};
-  std::stop_callback<set> cb_;  // last: may fire while constructed
-};
+using fired = zkt::stop_probe;
 
 // A holder that never lets go loses the hold at at_most: the signal fires no earlier, the node is
 // deleted, a waiter of another session is granted, and the holder's guarded writes fail. Its own

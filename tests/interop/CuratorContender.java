@@ -16,6 +16,12 @@
 //   <slot>.<mutex|read|write>.<try|lock|unlock>      answered "<slot> true|false" (try: no wait),
 //                                                     "<slot> ok" (lock blocks; unlock), or
 //                                                     "<slot> error <text>"
+//   <slot>.<mutex|read|write>.revocable              makes that lock revocable (Curator's makeRevocable,
+//                                                     before it is taken): a request prints "<slot>
+//                                                     revoke requested", then the slot's thread releases
+//                                                     it and prints "<slot> released on request"
+//   revoke <node path>                               Curator's Revoker.attemptRevoke on a holder's node,
+//                                                     answered "r ok" or "r error <text>"
 //   quit                                             (lets commands already sent finish, 5 s at most)
 // Answers of one slot come in order; a slot blocked in lock still lets the other slot work.
 //
@@ -52,6 +58,7 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public final class CuratorContender {
@@ -236,10 +243,35 @@ public final class CuratorContender {
       for (String line; (line = in.readLine()) != null;) {
         final String cmd = line.trim();
         if (cmd.equals("quit")) break;
+        if (cmd.startsWith("revoke ")) {
+          try {
+            Revoker.attemptRevoke(client, cmd.substring(7));
+            answer("r", "ok");
+          } catch (Exception e) {
+            answer("r", "error " + e);
+          }
+          continue;
+        }
         final int dot = cmd.lastIndexOf('.');
         final String slot = cmd.isEmpty() ? "?" : cmd.substring(0, 1);
         final InterProcessLock lock = dot < 0 ? null : locks.get(cmd.substring(0, dot));
         final String op = dot < 0 ? "" : cmd.substring(dot + 1);
+        if (lock != null && op.equals("revocable")) {
+          final ExecutorService thread = threads.get(slot);
+          ((InterProcessMutex) lock).makeRevocable(revoked -> {
+            answer(slot, "revoke requested");
+            thread.execute(() -> { // released by the thread that took it, as Curator requires
+              try {
+                revoked.release();
+                answer(slot, "released on request");
+              } catch (Exception e) {
+                answer(slot, "error " + e);
+              }
+            });
+          });
+          answer(slot, "ok");
+          continue;
+        }
         if (lock == null || !op.matches("try|lock|unlock")) {
           answer(slot, "error unknown command \"" + cmd + "\"");
           continue;

@@ -37,3 +37,12 @@ TEST(ContenderIdentity, NamesOfSidesAndStates) {
   EXPECT_STREQ(zklock::to_string(zklock::contender_state::holder), "holder");
   EXPECT_STREQ(zklock::to_string(zklock::contender_state::unknown), "unknown");
 }
+
+// A revocation request is exactly Curator's marker (LockInternals.REVOKE_MESSAGE): nothing else a
+// node may store (zklock's identity, Curator's IP address, an empty node) counts.
+TEST(RevocationMarker, IsCuratorsMarkerExactly) {
+  EXPECT_EQ(zklock::detail::revocation_marker, "__REVOKE__");
+  EXPECT_TRUE(zklock::detail::is_revocation_request("__REVOKE__"));
+  for (const char* other : {"", "__REVOKE", "__REVOKE__ ", "__revoke__", "host=a pid=1 since=2", "10.0.0.1"})
+    EXPECT_FALSE(zklock::detail::is_revocation_request(other)) << other;
+}
