@@ -7,10 +7,18 @@
 // than the session timeout. The contenders give a session up after 250 ms of disconnection (loss_tolerance), less
 // than an election's gap, so that every fault ends sessions, most of them of waiters.
 //
+// A fourth lock is revoked while the faults run: its two mutex contenders end each hold with a
+// guarded write (session::commit_if_held: a sequential node holding the hold's fencing token),
+// one letting go early when asked (revocation_token()), the other ignoring requests (so it is
+// forced, and writes after it lost the lock), while a revoker process revokes the lock every few
+// hundred milliseconds with a short grace (zklock::revoke: asked, then forced).
+//
 // Proved for each fault: sessions ended and waiters queued again (acquire_stats::requeues); no
 // acquire failed while its deadline had time left; no two live holds overlap
 // against the lock's rule (chaos_checker.hpp); every hold whose session ended while it was held
-// was told through lost_token(); no node is left under the lock paths.
+// was told through lost_token(); no node is left under the lock paths; the guarded writes that
+// committed did so in the order of their holds' tokens (a holder that had lost its lock, to expiry
+// or to a forced revocation, never committed after its successor), and some were refused.
 //
 // The binary re-executes itself as the contenders (chaos_harness.hpp). Contender logs are the
 // chaos logs, plus NOTE lines the checker ignores and this test reads:
@@ -18,6 +26,9 @@
 //   NOTE who STATE t                the session listener heard STATE (SUSPENDED, EXPIRED, ...)
 //   NOTE who UNTOLD token           a hold outlived its session and lost_token() never fired
 //   NOTE who REQUEUES n             the process's re-queues, at its end
+//   NOTE who GUARDED token ok|refused|unknown   a guarded write of hold `token` committed, was
+//                                   refused (the hold was gone), or its outcome is unknown
+//   NOTE who REVOKED outcomes...    what one revoke() did
 // ZKLOCK_FAULT_SCALE (default 1) stretches the session timeout, the ticks and every bound.
 #include <signal.h>
 #include <sys/wait.h>
@@ -35,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <stop_token>
@@ -99,6 +111,9 @@ struct lock_ops {
   std::function<std::int64_t()> token;
   std::function<std::stop_token()> lost;
   std::function<void()> release;
+  std::function<std::stop_token()> revoked{};        ///< ends the work early too (none: never)
+  std::function<void(std::int64_t token)> write{};   ///< after the work, before the release
+  bool heedless = false;  ///< works on through a loss (as a paused holder would), then writes
 };
 
 std::string one_line(std::string s) {
@@ -118,6 +133,11 @@ void contend(zklock::session& s, const lock_ops& ops, int who_n, const event_log
     try {
       if (!ops.acquire(acquire_deadline())) failure = "timed out";
     } catch (const std::system_error& e) {
+      if (ops.revoked && e.code() == zklock::errc::contender_deleted) {
+        // Revoked (forced) as the holder before its acquire had seen the grant: no failure.
+        log.line("NOTE " + who + " REVOKED_BEFORE_GRANT");
+        continue;
+      }
       failure = e.what();
     }
     if (!failure.empty()) {
@@ -132,12 +152,17 @@ void contend(zklock::session& s, const lock_ops& ops, int who_n, const event_log
     {
       const std::stop_token lost = ops.lost();
       std::stop_callback on_loss{lost, lost_logger{&log, who_n, tok}};
-      {  // stands for work under the lock, which stops when the hold is lost
+      {  // stands for work under the lock, which stops when the hold is lost (or is asked for)
+        std::stop_source stop_work;
+        std::stop_callback on_lost{ops.heedless ? std::stop_token{} : lost, [&] { stop_work.request_stop(); }};
+        std::optional<std::stop_callback<std::function<void()>>> on_asked;
+        if (ops.revoked) on_asked.emplace(ops.revoked(), [&] { stop_work.request_stop(); });
         std::mutex mu;
         std::condition_variable_any cv;
         std::unique_lock lk{mu};
-        (void)cv.wait_for(lk, lost, milliseconds{work_ms(rng)}, [] { return false; });
+        (void)cv.wait_for(lk, stop_work.get_token(), milliseconds{work_ms(rng)}, [] { return false; });
       }
+      if (ops.write) ops.write(tok);
       if (s.id() != sid || s.state() == zklock::session_state::expired) {
         // The session ended under the hold: lost_token() must say so (the signal comes on the
         // session's thread, at the latest when the new session appears).
@@ -184,6 +209,42 @@ int role_contender(const std::vector<std::string>& v) {
       contend(s, {[&](milliseconds d) { return m.try_lock_for(d); }, [&] { return m.fencing_token(); },
                   [&] { return m.lost_token(); }, [&] { m.unlock(); }},
               who, log, seed);
+  } else if (kind == "guarded" || kind == "guarded-stubborn") {
+    mutex m{s, lock};
+    // The stubborn one ignores requests and works on through its loss: the revoker forces it, and
+    // its guarded write comes after its successor may have written.
+    if (kind == "guarded-stubborn") m.set_on_revoke(zklock::on_revoke::ignore);
+    const std::string writes = lock + "-writes";
+    lock_ops ops{[&](milliseconds d) { return m.try_lock_for(d); }, [&] { return m.fencing_token(); },
+                 [&] { return m.lost_token(); }, [&] { m.unlock(); }};
+    ops.revoked = [&] { return m.revocation_token(); };
+    ops.heedless = kind == "guarded-stubborn";
+    ops.write = [&](std::int64_t tok) {
+      std::string outcome = "ok";
+      try {
+        s.commit_if_held(m.fence(), {zklock::op::create(writes + "/w-", std::to_string(tok),
+                                                        zklock::create_mode::persistent_sequential)});
+      } catch (const std::system_error& e) {
+        outcome = e.code() == zklock::errc::connection_loss ? "unknown" : "refused";
+      }
+      log.line("NOTE " + std::to_string(who) + " GUARDED " + std::to_string(tok) + " " + outcome);
+    };
+    contend(s, ops, who, log, seed);
+  } else if (kind == "revoker") {
+    std::mt19937_64 rng{seed};
+    std::uniform_int_distribution<int> pause_ms{300, 900};
+    while (!stop_requested()) {
+      std::this_thread::sleep_for(milliseconds{pause_ms(rng)});  // pacing, not a synchronisation
+      std::string line = "NOTE " + std::to_string(who) + " REVOKED";
+      try {
+        for (const auto& r : zklock::revoke(s, lock, {.grace = scaled(150ms)}))
+          line += std::string{" "} + zklock::to_string(r.outcome);
+      } catch (const std::system_error& e) {
+        line += " error " + one_line(e.what());
+        (void)s.wait_for(zklock::session_state::connected, 15s);
+      }
+      log.line(line);
+    }
   } else if (kind == "semaphore") {
     semaphore m{s, lock, semaphore_leases};
     contend(s, {[&](milliseconds d) { return m.try_acquire_for(d); }, [] { return std::int64_t{0}; },
@@ -233,7 +294,10 @@ class ensemble_run {
     const std::string base = zkt::unique_path("ensemble");
     groups_ = {{"mutex", base + "-mutex", {}, {}},
                {"shared_mutex", base + "-rw", {}, {}},
-               {"semaphore", base + "-sem", {static_cast<std::size_t>(semaphore_leases), {}}, {}}};
+               {"semaphore", base + "-sem", {static_cast<std::size_t>(semaphore_leases), {}}, {}},
+               {"guarded", base + "-guarded", {}, {}}};
+    writes_ = base + "-guarded-writes";
+    zkt::create_path(writes_);
     std::mt19937_64 rng{std::random_device{}()};
     auto spawn = [&](lock_group& g, const std::string& kind) {
       const int who = static_cast<int>(kids_.size()) + 1;
@@ -241,6 +305,10 @@ class ensemble_run {
       kids_.push_back({who, kind, log,
                        std::make_unique<child_process>(std::vector<std::string>{
                            "contender", std::to_string(who), kind, g.path, log, std::to_string(rng())})});
+      if (kind == "revoker") {  // holds nothing: not one of the lock's contenders
+        revokers_.push_back(who);
+        return;
+      }
       g.who.push_back(who);
       if (kind == "reader") g.rule.readers.insert(who);
     };
@@ -248,6 +316,9 @@ class ensemble_run {
     for (int i = 0; i < 2; ++i) spawn(groups_[1], "reader");
     for (int i = 0; i < 2; ++i) spawn(groups_[1], "writer");
     for (int i = 0; i < 3; ++i) spawn(groups_[2], "semaphore");
+    spawn(groups_[3], "guarded");
+    spawn(groups_[3], "guarded-stubborn");
+    spawn(groups_[3], "revoker");
     std::cout << "ensemble " << zk_.connect() << "; " << kids_.size() << " contenders, session timeout "
               << session_timeout().count() << " ms, acquire deadline " << acquire_deadline().count() << " ms, logs "
               << dir_.path.string() << std::endl;
@@ -298,6 +369,14 @@ class ensemble_run {
         events.insert(events.end(), lines.begin(), lines.end());
         check_notes(k, lines, r);
       }
+      if (g.name == "guarded") {
+        // Forced revocations end holds on the server before their holders hear of it, so the
+        // holders' own view of their holds overlaps by design: what this lock proves is that the
+        // guarded writes never did (check_guarded_writes), and that nothing is left behind.
+        if (const auto left = zkt::children(g.path); !left.empty())
+          r.problems.push_back("guarded: " + std::to_string(left.size()) + " nodes left under " + g.path);
+        continue;
+      }
       auto rep = chaos::check(events, {}, zkt::children(g.path), g.rule);
       for (const auto& v : rep.violations) r.problems.push_back(g.name + ": " + v);
       r.grants += rep.grants;
@@ -305,11 +384,50 @@ class ensemble_run {
       std::cout << g.name << ": " << rep.summary() << std::endl;
       r.reports.emplace(g.name, std::move(rep));
     }
+    check_guarded_writes(r);
     std::cout << "ensemble result: " << r.summary() << std::endl;
     return r;
   }
 
  private:
+  /// Effects: checks the guarded writes of the revoked lock: the committed ones (the sequential
+  /// nodes under writes_, in commit order) carry non-decreasing hold tokens, so that no holder
+  /// committed after a later holder had; and counts what the contenders and the revoker told.
+  void check_guarded_writes(run_result& r) const {
+    auto nodes = zkt::children(writes_);
+    std::sort(nodes.begin(), nodes.end());  // one prefix: the sequence numbers' order, the commits'
+    std::int64_t last = 0;
+    for (const auto& n : nodes) {
+      const std::int64_t tok = std::stoll(zkt::stat_node(writes_ + "/" + n).data);
+      if (tok < last)
+        r.problems.push_back("guarded: " + n + " committed with hold token " + std::to_string(tok) + " after a write of hold " +
+                             std::to_string(last) + ": a holder that had lost its lock committed");
+      last = std::max(last, tok);
+    }
+    std::map<std::string, std::size_t> seen;
+    for (const auto& k : kids_) {
+      if (!k.kind.starts_with("guarded") && k.kind != "revoker") continue;
+      for (const auto& line : read_lines(k.log)) {
+        char tag[8] = {}, what[16] = {}, rest[16] = {};
+        long long who = 0, tok = 0;
+        if (std::sscanf(line.c_str(), "%7s %lld %15s %lld %15s", tag, &who, what, &tok, rest) == 5 &&
+            std::string_view{what} == "GUARDED")
+          ++seen[std::string{"guarded write "} + rest];
+        if (std::string_view{line}.find(" REVOKED") != std::string_view::npos)
+          for (const char* o : {"released", "forced", "error"})
+            if (line.find(o) != std::string::npos) ++seen[std::string{"revocations "} + o];
+      }
+    }
+    std::cout << "guarded: " << nodes.size() << " writes committed in token order";
+    for (const auto& [what, n] : seen) std::cout << ", " << what << " " << n;
+    std::cout << std::endl;
+    const std::size_t ok = seen["guarded write ok"], unknown = seen["guarded write unknown"];
+    if (nodes.size() < ok || nodes.size() > ok + unknown)  // an unknown outcome may have committed
+      r.problems.push_back("guarded: " + std::to_string(ok) + " writes reported committed (" + std::to_string(unknown) +
+                           " unknown), " + std::to_string(nodes.size()) + " on the server");
+    if (nodes.empty()) r.problems.push_back("guarded: no guarded write committed at all");
+  }
+
   /// Effects: reads the NOTE lines of contender `k` into `r`; a hold (GRANT to RELEASE) that spans
   /// an EXPIRED of its process without a LOST first is a problem, as is an UNTOLD line.
   static void check_notes(const contender& k, const std::vector<std::string>& lines, run_result& r) {
@@ -351,6 +469,8 @@ class ensemble_run {
   zkt::private_server zk_;
   std::vector<lock_group> groups_;
   std::vector<contender> kids_;
+  std::vector<int> revokers_;  // contenders that only revoke the guarded lock
+  std::string writes_;         // the guarded writes' nodes
 };
 
 /// The checks every fault test makes of its run; `sessions_end`: the fault must end sessions.

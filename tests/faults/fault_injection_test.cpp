@@ -386,7 +386,9 @@ void say(const std::string& line) {
 // VALUE" (a write to the fenced store with the token of its hold, whether or not it still holds:
 // like a process paused between its check and its write); "guarded NODE VALUE" sets NODE to VALUE
 // with a guarded write of its hold (session::commit_if_held), answered "guarded ok" or "guarded
-// refused CODE"; "owned" is answered "owned 0|1". Ends on end of file.
+// refused CODE"; "plain NODE VALUE" sets it without the guard (on the next session if this one
+// ended), answered "plain ok" or "plain refused CODE"; "owned" is answered "owned 0|1". Ends on
+// end of file.
 int role_hold(const std::vector<std::string>& a) {
   zklock::session s{opts(a.at(0), milliseconds{std::stoll(a.at(2))})};
   zklock::mutex m{s, a.at(1)};
@@ -400,7 +402,21 @@ int role_hold(const std::vector<std::string>& a) {
   while (const auto cmd = in.next(24h)) {
     if (cmd->starts_with("write ")) say("write " + std::to_string(token) + " " + cmd->substr(6));
     else if (*cmd == "owned") say(std::string{"owned "} + (m.still_owned() ? "1" : "0"));
-    else if (cmd->starts_with("guarded ")) {
+    else if (cmd->starts_with("plain ")) {
+      const auto sp = cmd->find(' ', 6);
+      for (int attempt = 0;; ++attempt) {
+        try {
+          s.set(cmd->substr(6, sp - 6), cmd->substr(sp + 1));
+          say("plain ok");
+        } catch (const std::system_error& e) {
+          if (e.code() == zklock::errc::session_expired && attempt == 0 &&
+              s.wait_for(zklock::session_state::connected, 30s))
+            continue;  // its next session writes it
+          say("plain refused " + e.code().message());
+        }
+        break;
+      }
+    } else if (cmd->starts_with("guarded ")) {
       const auto sp = cmd->find(' ', 8);
       try {
         s.commit_if_held(fence, {zklock::op::set(cmd->substr(8, sp - 8), cmd->substr(sp + 1))});
@@ -559,6 +575,10 @@ TEST(FaultInjection, PausedHolderExpiredLosesTheLockAndItsFencedAndGuardedWrites
   ASSERT_TRUE(guarded) << "the paused holder did not report its guarded write";
   EXPECT_TRUE(guarded->starts_with("guarded refused ")) << *guarded;
   EXPECT_EQ(zkt::stat_node(config).data, "from-new-holder");
+  // What the guard prevented: the same write without it lands over the new holder's.
+  holder->send("plain " + config + " from-stale-unguarded");
+  EXPECT_EQ(holder->read_line(timeout + scaled(30s)), std::optional<std::string>{"plain ok"});
+  EXPECT_EQ(zkt::stat_node(config).data, "from-stale-unguarded");
   holder->send("owned");
   EXPECT_EQ(holder->read_line(30s), std::optional<std::string>{"owned 0"});
   holder->close_stdin();
