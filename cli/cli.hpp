@@ -241,6 +241,7 @@ struct held_lock {
   std::int64_t token = 0;         ///< the hold's fencing token
   std::stop_token lost;           ///< fires when the lock is lost (may have fired already)
   std::stop_token revoked;        ///< fires when a revoker asks the hold to let go (on_revoke::notify)
+  steady::time_point granted{};   ///< when it was granted (no later than the library's own grant time)
   std::function<void()> release;  ///< deletes the acquire record, then releases; never throws
   std::shared_ptr<void> keep;     ///< the session and the lock object behind the hold
 };

@@ -189,6 +189,9 @@ acquire_result acquire_lock(const options& o, int sigfd, int input) {
   const long long waited = std::chrono::duration_cast<ms>(steady::now() - asked).count();
 
   held_lock h = make_hold(o, st->l);
+  // The grant, as the acquire's hooks measured it from before the call: never after the library's
+  // own grant time, from which hold_bounds count.
+  h.granted = st->l.acquired ? asked + st->l.acquired->wait : steady::now();
   if (g_verbose)
     say("holding %s (token %lld) after waiting %s", o.path.c_str(), static_cast<long long>(h.token), span(waited).c_str());
   if (auto record = record_acquire(s, o, st->l, h.token)) {  // gone before the lock is released
@@ -254,7 +257,7 @@ int run_exec(const options& o) {
                           {"ZKLOCK_FENCING_TOKEN=" + std::to_string(h.token), "ZKLOCK_PATH=" + o.path},
                           o.path, o.kill_signal, o.grace, revoked};
   const int code = supervise(cmd, sigfd.get(), stop_cmd.get_token(), h.release);
-  if (code == exit_code::lost && o.max_hold > ms::zero() && steady::now() - granted >= o.max_hold)
+  if (code == exit_code::lost && o.max_hold > ms::zero() && steady::now() - h.granted >= o.max_hold)
     say("(the hold reached --max-hold %s)", span(o.max_hold.count()).c_str());
   if (o.hold_at_least == ms::zero() || stop_cmd.stop_requested()) return code;
   return wait_out_floor(sigfd.get(), granted + o.hold_at_least, code, o.path);

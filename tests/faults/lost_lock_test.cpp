@@ -138,11 +138,15 @@ TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
   zkt::private_server zk;
   const auto path = zkt::unique_path("lost-short-pause");
   std::mutex mu;  // before the session: its destructor still tells the listener "closed"
+  std::condition_variable heard;
   std::vector<zklock::session_state> seen;
   zklock::session s{opts(6000ms)};
   s.add_state_listener([&](zklock::session_state st) {
-    std::lock_guard lk{mu};
-    seen.push_back(st);
+    {
+      std::lock_guard lk{mu};
+      seen.push_back(st);
+    }
+    heard.notify_all();
   });
   zklock::mutex m{s, path};
   m.lock();
@@ -164,7 +168,9 @@ TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
   EXPECT_EQ(m.fencing_token(), token);
   m.unlock();
   EXPECT_TRUE(zkt::children(path).empty());
-  std::lock_guard lk{mu};
+  // The listeners hear `connected` on the session's thread, after the state changed.
+  std::unique_lock lk{mu};
+  heard.wait_for(lk, scaled(30s), [&] { return seen.size() >= 2; });
   ASSERT_GE(seen.size(), 2u);
   EXPECT_EQ(seen[0], zklock::session_state::suspended);
   EXPECT_EQ(seen[1], zklock::session_state::connected);

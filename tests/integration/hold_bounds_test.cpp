@@ -35,8 +35,8 @@ TEST(HoldBounds, AtMostEndsAStuckHold) {
   zklock::mutex stuck{a, path}, next{b, path};
   stuck.set_hold_bounds({.at_most = 400ms});
   EXPECT_EQ(stuck.hold_bounds_set().at_most, 400ms);
+  const auto locked = clock_type::now();  // before the call: the grant, whence the bound counts, is later
   stuck.lock();
-  const auto locked = clock_type::now();
   fired lost{stuck.lost_token()};
   const auto fence = stuck.fence();
   ASSERT_TRUE(next.try_lock_for(30s)) << "the waiter was never granted";
@@ -87,8 +87,8 @@ TEST(HoldBounds, AReleaseBeforeAtLeastKeepsTheNodeUntilThen) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   zklock::mutex first{a, path}, second{b, path};
   first.set_hold_bounds({.at_least = 500ms});
+  const auto locked = clock_type::now();  // before the call: the grant, whence the floor counts, is later
   first.lock();
-  const auto locked = clock_type::now();
   const auto node = first.fence().node;
   first.unlock();
   EXPECT_FALSE(first.owns_lock());
