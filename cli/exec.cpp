@@ -208,7 +208,8 @@ namespace {
 
 /// Effects: waits until `until` (exec --hold-at-least: the lock stays held, its node deleted by the
 /// library at the floor, while this process and its session live), or until a forwarded signal
-/// arrives on `sigfd`. Returns: 128 + the signal, or `code` at the floor.
+/// arrives on `sigfd` (SIGCHLD and SIGCONT, which it also reads, are skipped). Returns: 128 + the
+/// signal, or `code` at the floor.
 int wait_out_floor(int sigfd, steady::time_point until, int code, const std::string& path) {
   if (steady::now() < until && g_verbose)
     say("keeping %s until --hold-at-least passes (%s more)", path.c_str(),
@@ -222,6 +223,8 @@ int wait_out_floor(int sigfd, steady::time_point until, int code, const std::str
       signalfd_siginfo si{};
       if (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         const int sig = static_cast<int>(si.ssi_signo);
+        // CMD's own SIGCHLD (it was reaped already) or a SIGCONT may still be queued: not a request.
+        if (sig == SIGCHLD || sig == SIGCONT) continue;
         if (g_verbose) say("%s while keeping %s until --hold-at-least: gave up", signal_name(sig).c_str(), path.c_str());
         return exit_code::signal_base + sig;
       }
