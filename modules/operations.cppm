@@ -267,8 +267,16 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
   }
   /// Returns: the policy the hold was granted with.
   on_revoke policy() const noexcept { return policy_.load(std::memory_order_relaxed); }
-  /// Returns: the revocation signal.
-  std::stop_token revocation_token() const noexcept { return revoke_.get_token(); }
+  /// Returns: the revocation signal (made on the first call: most holds never ask for it; fired
+  /// at once if the request was acted on before). Throws: std::bad_alloc.
+  std::stop_token revocation_token() const {
+    std::lock_guard lk{node_mu_};
+    if (!revoke_.stop_possible()) {
+      revoke_ = std::stop_source{};
+      if (revoke_fired_) revoke_.request_stop();
+    }
+    return revoke_.get_token();
+  }
   /// Returns: whether a revocation request was seen (whatever the policy did with it).
   bool revocation_asked() const noexcept { return asked_.load(std::memory_order_acquire); }
   /// Effects: the node's watch fired (deleted or changed by someone else, or session ended): marks
@@ -309,7 +317,13 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
     if (released() || acted_.exchange(true)) return;
     const on_revoke p = policy();
     if (p == on_revoke::ignore) return;
-    run_on_session_thread(s_, revoke_);
+    std::stop_source signal{std::nostopstate};
+    {
+      std::lock_guard lk{node_mu_};
+      revoke_fired_ = true;
+      signal = revoke_;  // none yet: revocation_token() makes it fired
+    }
+    if (signal.stop_possible()) run_on_session_thread(s_, std::move(signal));
     if (p != on_revoke::release) return;
     try {
       const held_node n = watched_node();
@@ -325,8 +339,9 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
   };
   session& s_;
   std::stop_source source_;
-  std::stop_source revoke_;
   mutable std::mutex node_mu_;
+  mutable std::stop_source revoke_{std::nostopstate};  // made by revocation_token() (node_mu_)
+  bool revoke_fired_ = false;                          // act_on_request fired it (node_mu_)
   held_node node_;  // the node watched (guarded by node_mu_)
   std::atomic<on_revoke> policy_{on_revoke::notify};
   std::atomic<bool> granted_{false}, asked_{false}, acted_{false};
