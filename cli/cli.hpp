@@ -235,6 +235,8 @@ int run_ls(const options& o);
 int run_wait(const options& o);
 /// `zklock revoke PATH`: asks the holders to let go, then forces them (revoke.cpp).
 int run_revoke(const options& o);
+/// `zklock rm PATH`: removes an idle lock or semaphore path (rm.cpp).
+int run_rm(const options& o);
 
 /// A hold of PATH as exec and lock take it (acquire_lock).
 struct held_lock {

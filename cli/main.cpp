@@ -24,6 +24,8 @@ constexpr const char* usage_text = R"(Usage:
   zklock lock [OPTIONS] PATH
   zklock ls   [OPTIONS] [-r] PATH
   zklock wait [OPTIONS] PATH
+  zklock revoke [OPTIONS] PATH
+  zklock rm   [OPTIONS] PATH
   zklock --help | --version
 )";
 
@@ -35,8 +37,9 @@ PATH that is not an option.
 
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
-  0    lock: released after a signal or the end of stdin; wait: PATH is free; ls: listed
-  66   ls: PATH does not exist (nothing holds or waits for it)
+  0    lock: released after a signal or the end of stdin; wait: PATH is free; ls: listed;
+       rm: removed
+  66   ls, rm: PATH does not exist (nothing holds or waits for it)
   69   cannot reach ZooKeeper (a host that does not resolve, no server answers): no session at
        the start, or no new one before --timeout after the session ended while waiting (given a
        new one, exec and lock queue again and wait on)
@@ -47,7 +50,8 @@ Exit status:
        node and the permission needed
   78   the chroot of the connect string does not exist on the server
   124  the lock is taken (-n) or was not acquired within --timeout (exec, lock; lock also if
-       stdin ended first), or PATH was not free in time (wait); -E CODE sets another code
+       stdin ended first), or PATH was not free in time (wait), or is in use (rm); -E CODE sets
+       another code (not for rm)
   125  usage error or bad input (option, duration, path, connect string, lease count)
   126  CMD cannot be executed
   127  CMD not found
@@ -92,6 +96,13 @@ constexpr const char* ls_text =
     "semaphore's listing says how many of its leases are used. With -r, every lock and semaphore at or below PATH, "
     "each with its holders and waiters. A PATH that does not exist exits 66. A holder asked to let go (zklock "
     "revoke, Curator's Revoker) shows revoke-requested as its host.";
+constexpr const char* rm_text =
+    "Remove PATH, a lock or semaphore nobody holds or waits for (with the hold records left beside it), and "
+    "print what it was. A busy one is refused, naming its holders and how many wait (exit 124, as a lock taken "
+    "under -n); a node that is no lock's (other nodes below it, or data that is no lease count) is refused too "
+    "(exit 125); a PATH that does not exist exits 66. A contender that queues meanwhile makes the removal fail, "
+    "so nothing is removed from under a holder. A semaphore still open in some process is made again, with its "
+    "lease count, by its next acquire.";
 constexpr const char* wait_text =
     "Wait until PATH has no contenders (nobody holds or waits for it). Watches, no polling.";
 constexpr const char* revoke_text =
@@ -174,6 +185,7 @@ struct command_line {
   CLI::App* ls = nullptr;
   CLI::App* wait = nullptr;
   CLI::App* revoke = nullptr;
+  CLI::App* rm = nullptr;
   options o;
   int verbosity = 0;
 
@@ -300,6 +312,9 @@ struct command_line {
           [this](const std::string& v) { o.revoke_node = v; });
     add_common(revoke);
 
+    rm = command("rm", rm_text);
+    add_common(rm);
+
     wait = command("wait", wait_text);
     value(wait, "--timeout", "D", "wait at most D (0: check once; default: wait forever)",
           [this](const std::string& v) { set_timeout("--timeout", parse_duration("--timeout", v, true)); });
@@ -351,7 +366,7 @@ struct command_line {
   [[noreturn]] void unexpected(const CLI::App* sub, const std::string& word) const {
     if (!word.starts_with("-") || word == "-") usage_error("unexpected argument \"" + word + "\"");
     const std::string name = word.substr(0, word.find('='));
-    for (const CLI::App* other : {exec, lock, ls, wait, revoke})
+    for (const CLI::App* other : {exec, lock, ls, wait, revoke, rm})
       if (other != sub && other->get_option_no_throw(name))
         usage_error("option " + name + " does not apply to " + sub->get_name());
     usage_error("unknown option \"" + name + "\"");
@@ -362,7 +377,7 @@ struct command_line {
   CLI::App* check() {
     const auto subs = app.get_subcommands();
     const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
-    if (subs.empty()) usage_error("no command given: exec, lock, ls, wait or revoke");
+    if (subs.empty()) usage_error("no command given: exec, lock, ls, wait, revoke or rm");
     CLI::App* sub = subs.front();
     std::vector<std::string> extra = sub->remaining();
     if (sub == exec) {
@@ -417,10 +432,10 @@ std::string option_of(const CLI::ArgumentMismatch& e) {
   return what.starts_with("-") ? what : "--" + what;
 }
 
-constexpr const char* commands = "exec, lock, ls, wait or revoke";
+constexpr const char* commands = "exec, lock, ls, wait, revoke or rm";
 
 bool is_command(std::string_view w) {
-  return w == "exec" || w == "lock" || w == "ls" || w == "wait" || w == "revoke";
+  return w == "exec" || w == "lock" || w == "ls" || w == "wait" || w == "revoke" || w == "rm";
 }
 
 /// Returns: the command line with the common options given before the command moved after it:
@@ -436,7 +451,7 @@ std::vector<std::string> command_first(const command_line& cl, int argc, char** 
     return opt && opt->get_group() == common_group ? opt : nullptr;
   };
   auto refuse = [&](const std::string& name) {
-    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait, cl.revoke})
+    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait, cl.revoke, cl.rm})
       if (sub->get_option_no_throw(name)) {
         std::string names;
         for (const CLI::Option* opt : any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; }))
@@ -521,6 +536,7 @@ int run(int argc, char** argv) {
   if (sub == cl.lock) return run_lock(cl.o);
   if (sub == cl.ls) return run_ls(cl.o);
   if (sub == cl.revoke) return run_revoke(cl.o);
+  if (sub == cl.rm) return run_rm(cl.o);
   return run_wait(cl.o);
 }
 

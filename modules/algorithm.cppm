@@ -335,8 +335,10 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   std::optional<name_list> listing;
   {
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
+    std::string lock_data;  // a semaphore's node is made again with its lease count if it was removed
+    if constexpr ((Rule::kinds & lease_kinds) != 0) lock_data = lease_count_text(rule.limit());
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
-                                  count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0);
+                                  count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0, lock_data);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);

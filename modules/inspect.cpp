@@ -55,12 +55,7 @@ contender_side side_of(detail::contender_kind k) noexcept {
 }
 
 /// Returns: the lease count in a semaphore node's data ("leases=N"), if it is one.
-std::optional<std::size_t> leases_in(std::string_view data) {
-  if (!data.starts_with("leases=")) return std::nullopt;
-  const auto n = whole_number(data.substr(7));
-  if (!n || *n < 1) return std::nullopt;
-  return static_cast<std::size_t>(*n);
-}
+std::optional<std::size_t> leases_in(std::string_view data) { return detail::leases_stored(data); }
 
 /// Returns: the lease count stored on a semaphore node ("leases=N"), if any.
 std::optional<std::size_t> stored_leases(session& s, const std::string& path) {
@@ -420,6 +415,78 @@ std::vector<revoked> revoke(session& s, std::string_view path_in, const revoke_o
     out[i].outcome = s.remove(path + "/" + out[i].node) ? revoke_outcome::forced : revoke_outcome::released;
   }
   return out;
+}
+
+namespace {
+
+/// Returns: what `path` is, for messages: "the semaphore /p (N = 2)" or "the lock /p".
+std::string kind_of(const lock_listing& l) {
+  return l.leases ? "the semaphore " + l.path + " (N = " + std::to_string(*l.leases) + ")" : "the lock " + l.path;
+}
+
+/// Returns: a contender for messages: its node, and its host and pid where it stored them.
+std::string named(const contender_info& c) {
+  std::string out = c.node;
+  if (!c.who.host.empty() || c.who.pid) {
+    out += " (";
+    if (!c.who.host.empty()) out += c.who.host;
+    if (c.who.pid) out += (c.who.host.empty() ? "pid " : ", pid ") + std::to_string(*c.who.pid);
+    out += ")";
+  }
+  return out;
+}
+
+/// Throws: errc::not_empty: `l` is in use, naming its holders and how many wait.
+[[noreturn]] void refuse_busy(const lock_listing& l) {
+  std::string holders;
+  std::size_t held = 0, waiting = 0;
+  for (const contender_info& c : l.contenders) {
+    if (c.state != contender_state::holder) {
+      ++waiting;
+      continue;
+    }
+    if (++held <= 8) holders += (holders.empty() ? "" : ", ") + named(c);
+  }
+  if (held > 8) holders += " and " + std::to_string(held - 8) + " more";
+  std::string text = "zklock: " + kind_of(l) + " is in use";
+  if (held != 0) text += ": held by " + holders;
+  if (waiting != 0) text += (held != 0 ? ", " : ": ") + std::to_string(waiting) + " waiting";
+  detail::throw_error(errc::not_empty, text + "; nothing removed (remove it once it is free: zklock wait " + l.path +
+                                           "; or end the holds: zklock revoke " + l.path + ")");
+}
+
+}  // namespace
+
+std::optional<lock_listing> remove_lock(session& s, std::string_view path_in) {
+  const std::string path = detail::checked_path(std::string{path_in});
+  for (int attempt = 1;; ++attempt) {
+    const auto info = detail::read_node(s, path);
+    if (!info) return std::nullopt;
+    const detail::name_list kids = children_of(s, path);
+    lock_listing l = listing_of(s, path, info->data, kids);
+    if (!l.contenders.empty()) refuse_busy(l);
+    if (l.other_children != 0 || (!l.leases && kids.size() == 0 && info->data.size() != 0)) {
+      std::string names;
+      std::size_t n = 0;
+      for (const std::string_view name : kids)
+        if (!detail::parse_contender(name) && !record_token(name) && ++n <= 8)
+          names += (names.empty() ? "" : ", ") + std::string{name};
+      detail::throw_error(errc::path_kind_mismatch,
+                          n != 0 ? "zklock: " + path + " is no idle lock: it has other nodes below it (" + names +
+                                       (n > 8 ? ", ..." : "") + "); nothing removed"
+                                 : "zklock: " + path + " is no lock: it stores data that is no lease count; nothing removed");
+    }
+    // Hold records left without their holds (ended meanwhile), then the node. A contender that
+    // queues meanwhile makes the delete fail (not empty): look again, and report it in use.
+    for (const std::string_view name : kids)
+      if (record_token(name)) s.remove(path + "/" + std::string{name});
+    try {
+      if (!s.remove(path)) return std::nullopt;
+      return l;
+    } catch (const std::system_error& e) {
+      if (e.code() != errc::not_empty || attempt == 10) throw;
+    }
+  }
 }
 
 }  // namespace zklock

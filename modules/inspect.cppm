@@ -167,6 +167,19 @@ bool watch_contenders(session& s, std::string_view path, const wait_context& wc,
 bool wait_until_free(session& s, std::string_view path, const wait_context& wc = {},
                      const std::function<void(std::size_t)>& on_busy = {});
 
+/// Effects: removes the lock or semaphore node `path` if no one holds it or waits on it (no
+/// contender of any kind under it), with hold records left beside it. A contender that queues
+/// meanwhile makes the delete fail, and the call reports the node in use: nothing is removed from
+/// under a holder or a waiter. A semaphore object still open somewhere makes the node again, with
+/// its lease count, on its next acquire; a lock's node is made again by its next acquire anyway.
+/// Returns: the node as last seen (`leases` says whether it was a semaphore), or nullopt if it did
+/// not exist.
+/// Throws: std::invalid_argument for a bad path; std::system_error: errc::not_empty if it is in use
+/// (naming its holders and how many wait); errc::path_kind_mismatch if it is no lock or semaphore
+/// node (other nodes below it, named; or data that is no lease count); no_auth if its ACL forbids
+/// the delete; session or server failures.
+std::optional<lock_listing> remove_lock(session& s, std::string_view path);
+
 /// Effects: checks `path` as every lock's constructor does (absolute, no empty, "." or ".."
 /// segment, no trailing slash, no control characters, not "/zookeeper").
 /// Throws: std::invalid_argument naming the problem.

@@ -78,15 +78,18 @@ class create_sent {
 /// `fresh_likely`: the lock node may well be missing (a lock's, not a semaphore's, whose node is
 /// made when it is opened): on a path this session has not used, the lock node and the contender
 /// may then be created in one transaction (no ACL check: the lock node is ours).
+/// `lock_data`: for a semaphore, its lease count ("leases=N"): a missing semaphore node (removed
+/// while no one used it) is created again storing it, not as a container; empty for a lock.
 /// Returns: the node and the listing (nullopt: list again), or nullopt if `deadline` passed
 /// (nothing left behind). Adds the number of requests sent to `*sent`, if given. Calls
 /// `turn->sent()`, if given, once the contender's create is handed to the client (or will not be).
 /// Throws: std::system_error: session_expired, session_closed, or the server's refusal (e.g.
-/// no_auth), naming the lock path.
+/// no_auth), naming the lock path; for a semaphore node made again meanwhile with another lease
+/// count, lease_count_mismatch.
 std::optional<queued_node> create_and_list(session& s, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline,
                                            std::size_t* sent = nullptr, create_sent* turn = nullptr,
-                                           bool fresh_likely = false);
+                                           bool fresh_likely = false, std::string_view lock_data = {});
 
 /// Returns: the children of `path` (none if it is missing: then `*missing`, if given, is set and no
 /// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`
@@ -369,6 +372,19 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
 /// errc::path_kind_mismatch if it stores no lease count (a lock's path, or another node).
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
+
+/// A semaphore's stored lease count and the leases queued under it, read together.
+struct lease_usage {
+  std::size_t max = 0;         ///< the lease count its node stores (0: the node is missing)
+  std::size_t contenders = 0;  ///< lease contenders under it: holders and waiters
+};
+
+/// Returns: the lease count the semaphore node `path` stores and how many leases are queued under
+/// it (two requests: its data, then its children). Waits through a disconnection for up to the
+/// session's connect_timeout.
+/// Throws: std::system_error: errc::path_kind_mismatch if the node stores no lease count,
+/// operation_timeout after that wait, session or server failures.
+lease_usage read_lease_usage(session& s, const std::string& path);
 
 /// Effects: reads the lock node `lock_path` (one request; waits through a disconnection until
 /// `deadline`). Returns: false if `deadline` passed first. Throws: std::system_error

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock:semaphore — basic_counting_semaphore: leases of one semaphore node, held by the object.
 module;
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -115,8 +116,23 @@ class basic_counting_semaphore {
     std::lock_guard lk{mu_};
     return static_cast<std::ptrdiff_t>(held_.size());
   }
-  /// Returns: the number of leases of the semaphore.
+  /// Returns: the number of leases of the semaphore, as this object was opened with.
   std::ptrdiff_t leases() const noexcept { return leases_; }
+  /// Returns: the lease count N its node stores now (one request; this object's own count if the
+  /// node is gone: removed while idle, its next acquire makes it again). A snapshot: it may have
+  /// changed by the time it returns. Throws: std::system_error (errc::path_kind_mismatch if the
+  /// node stores no lease count any more; operation_timeout after connect_timeout without a
+  /// connection; session or server failures).
+  std::ptrdiff_t max() const { return usage().first; }
+  /// Returns: how many of its leases are held now, by every process (two requests: the lease
+  /// count, then the queue; the first N contenders hold). A snapshot, as max(). Throws: as max().
+  std::ptrdiff_t used() const { return usage().second; }
+  /// Returns: how many leases a new acquire would find free now: max() - used(), from one snapshot
+  /// (two requests; 0 when every lease is held, however many wait). Throws: as max().
+  std::ptrdiff_t available() const {
+    const auto [n, held] = usage();
+    return n - held;
+  }
   /// Returns: a token that fires when the most recently granted lease of this object (the one
   /// release() returns next) can no longer be guaranteed: as basic_mutex::lost_token (the first
   /// call arms a watch on the lease's node: one request). Throws: std::system_error(errc::not_held)
@@ -207,6 +223,12 @@ class basic_counting_semaphore {
       throw;
     }
     return true;
+  }
+  /// Returns: the stored lease count (this object's if the node is gone) and the leases held.
+  std::pair<std::ptrdiff_t, std::ptrdiff_t> usage() const {
+    const detail::lease_usage u = detail::read_lease_usage(s_, path_);
+    const auto n = u.max == 0 ? leases_ : static_cast<std::ptrdiff_t>(u.max);
+    return {n, std::min(n, static_cast<std::ptrdiff_t>(u.contenders))};
   }
   /// Returns: a copy of the most recently granted lease. Throws: errc::not_held naming `fn`.
   detail::hold latest(const char* fn) const {

@@ -11,7 +11,9 @@
 module;
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 export module zklock.detail:rules;
@@ -117,6 +119,19 @@ constexpr bool stores_lease_count(std::string_view data) noexcept {
     if (c < '0' || c > '9') return false;
   return true;
 }
+
+/// Returns: the lease count N in a semaphore node's data ("leases=N", N in 1..1,000,000), if it
+/// stores one.
+constexpr std::optional<std::size_t> leases_stored(std::string_view data) noexcept {
+  if (!stores_lease_count(data) || data.size() > 14) return std::nullopt;
+  std::size_t n = 0;
+  for (const char c : data.substr(7)) n = n * 10 + static_cast<std::size_t>(c - '0');
+  if (n < 1 || n > 1'000'000) return std::nullopt;
+  return n;
+}
+
+/// Returns: what a semaphore node with `leases` leases stores: "leases=N".
+inline std::string lease_count_text(std::size_t leases) { return "leases=" + std::to_string(leases); }
 
 /// Returns: where q[self] stands by `rule` (self < q.size()).
 template <class Rule>

@@ -148,7 +148,7 @@ std::optional<bool> check_deletable(session_impl& s, const std::string& lock_pat
 
 std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
-                                               bool maybe_created, std::size_t* sent);
+                                               bool maybe_created, std::size_t* sent, std::string_view lock_data);
 
 /// The ACL probe: on a lock path this session has not checked yet, our contender is created by a
 /// transaction that also creates, stamps and deletes a probe node beside it (named our node's
@@ -212,7 +212,7 @@ struct acl_probe {
 
 std::optional<queued_node> create_and_list(session& sess, const std::string& lock_path, const std::string& prefix,
                                            std::string_view data, clock::time_point deadline, std::size_t* sent,
-                                           create_sent* turn, bool fresh_likely) {
+                                           create_sent* turn, bool fresh_likely, std::string_view lock_data) {
   struct turn_guard {  // the turn ends with the create's send, or when this call ends
     create_sent* t;
     void done() noexcept {
@@ -296,7 +296,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
         return std::nullopt;
       }
     }
-    auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, maybe_created, sent);
+    auto node = create_contender_from(s, lock_path, prefix, data, deadline, g, maybe_created, sent, lock_data);
     if (!node) return std::nullopt;
     return queued_node{std::move(*node), std::nullopt};
   };
@@ -339,7 +339,7 @@ namespace {
 
 std::optional<held_node> create_contender_from(session_impl& s, const std::string& lock_path, const std::string& prefix,
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
-                                               bool maybe_created, std::size_t* sent) {
+                                               bool maybe_created, std::size_t* sent, std::string_view lock_data) {
   const std::string node_prefix = lock_path + "/" + prefix;
   const call_name looking{"zklock: looking for our contender under ", lock_path, "READ", lock_path};
   const call_name creating{"zklock: creating a contender under ", lock_path, "CREATE", lock_path};
@@ -385,8 +385,10 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
                           ZOO_EPHEMERAL_SEQUENTIAL, &reply_to::on_string_stat, d);
     });
     if (rc == ZOK) return held_node{std::move(created.value), created.stat.czxid, g};
-    if (rc == ZNONODE) {
-      if (!ensure_containers(s, lock_path, g, deadline, sent)) return give_up();
+    if (rc == ZNONODE) {  // a lock's node is a container; a semaphore's stores its lease count
+      const bool made = lock_data.empty() ? ensure_containers(s, lock_path, g, deadline, sent).has_value()
+                                          : ensure_semaphore_node_in(s, lock_path, lock_data, g, deadline, sent);
+      if (!made) return give_up();
       continue;
     }
     if (!answered(rc, creating)) {

@@ -65,39 +65,69 @@ bool check_not_semaphore(session& sess, const std::string& lock_path, clock::tim
   return true;
 }
 
-void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
-  session_impl& s = impl_of(sess);
+bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::string_view want, std::uint64_t g,
+                              clock::time_point deadline, std::size_t* sent) {
   const call_name opening{"zklock: opening semaphore ", path, "READ", path};
   const call_name creating{"zklock: creating semaphore ", path, "CREATE", parent_of(path)};
-  const auto g = s.states.live_generation(opening);
-  const auto deadline = clock::now() + s.opts.connect_timeout;
-  const std::string want = "leases=" + std::to_string(leases);
   for (;;) {
     reply node;
+    if (sent) ++*sent;
     auto rc = s.call(deadline, g, opening, &node, [&](zhandle_t* zh, const void* d) {
       return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
     });
-    if (!rc) throw_error(errc::operation_timeout, opening.text());
+    if (!rc) return false;
     if (*rc == ZOK) {
       const std::string have = node.value.substr(0, 64);
-      if (have == want) return;
-      if (stores_lease_count(have))
+      if (have == want) return true;
+      if (const auto n = leases_stored(have))
         throw_error(errc::lease_count_mismatch,
-                    "zklock: semaphore " + path + " stores \"" + have + "\", opened with " + want);
+                    "zklock: " + path + " is a semaphore with N = " + std::to_string(*n) + " leases, opened here with N = " +
+                        std::string{want.substr(want.find('=') + 1)} + ": open it with N = " + std::to_string(*n) +
+                        ", or remove it while no one uses it (zklock rm " + path + ") and open it again");
       throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));
     }
     if (*rc != ZNONODE) fail(*rc, opening);
     const auto parent = path.substr(0, path.rfind('/'));
-    if (!parent.empty()) {
-      if (!ensure_containers(s, parent, g, deadline)) throw_error(errc::operation_timeout, opening.text());
-    }
+    if (!parent.empty() && !ensure_containers(s, parent, g, deadline, sent)) return false;
+    if (sent) ++*sent;
     auto rc3 = s.call(deadline, g, creating, nullptr, [&](zhandle_t* zh, const void* d) {
       return zoo_acreate(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
                          ZOO_PERSISTENT, &reply_to::on_string, d);
     });
-    if (!rc3) throw_error(errc::operation_timeout, opening.text());
+    if (!rc3) return false;
     if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, creating);
   }
+}
+
+void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
+  session_impl& s = impl_of(sess);
+  const auto g = s.states.live_generation(call_name{"zklock: opening semaphore ", path, "READ", path});
+  if (!ensure_semaphore_node_in(s, path, lease_count_text(static_cast<std::size_t>(leases)), g,
+                                clock::now() + s.opts.connect_timeout))
+    throw_error(errc::operation_timeout, "zklock: opening semaphore " + path + ": no connection within connect_timeout");
+}
+
+lease_usage read_lease_usage(session& sess, const std::string& path) {
+  session_impl& s = impl_of(sess);
+  const call_name reading{"zklock: reading semaphore ", path, "READ", path};
+  const auto g = s.states.live_generation(reading);
+  const auto deadline = clock::now() + s.opts.connect_timeout;
+  reply node, kids;
+  auto rc = s.call(deadline, g, reading, &node, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
+  });
+  if (!rc) throw_error(errc::operation_timeout, reading.text());
+  if (*rc == ZNONODE) return {};
+  if (*rc != ZOK) fail(*rc, reading);
+  const auto max = leases_stored(std::string_view{node.value}.substr(0, 64));
+  if (!max) throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));
+  rc = s.call(deadline, g, reading, &kids, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget_children(zh, path.c_str(), 0, &reply_to::on_names, d);
+  });
+  if (!rc) throw_error(errc::operation_timeout, reading.text());
+  if (*rc == ZNONODE) return {};
+  if (*rc != ZOK) fail(*rc, reading);
+  return {*max, sorted_contenders(kids.names, lease_kinds).size()};
 }
 
 std::optional<node_info> read_node(session& sess, const std::string& path) {

@@ -904,4 +904,13 @@ ACL_vector* contender_acl(session_impl& s);
 std::optional<int> ensure_containers(session_impl& s, const std::string& path, std::uint64_t g,
                                      clock::time_point deadline, std::size_t* sent = nullptr);
 
+/// Effects: makes sure the semaphore node `path` exists and stores `leases` ("leases=N"): creates it
+/// (persistent, its missing parents as containers) if missing. Returns: false if `deadline` passed
+/// first. Adds the requests sent to `*sent`, if given.
+/// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
+/// errc::path_kind_mismatch if it stores none (a lock's path, or another node); session failures
+/// and the server's refusals.
+bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::string_view leases, std::uint64_t g,
+                              clock::time_point deadline, std::size_t* sent = nullptr);
+
 }  // namespace zklock::detail

@@ -289,6 +289,41 @@ TEST(CliRevoke, AnExecHolderIsAskedThenForced) {
   EXPECT_EQ(run(bad), 125);
 }
 
+// zklock rm: a busy path is refused (exit 124, naming the holder); an idle one is removed, saying
+// what it was; a missing one exits 66; a node that is no lock is refused (125).
+TEST(CliRm, RemovesAnIdlePathAndRefusesABusyOne) {
+  const auto path = zkt::unique_path("cli-rm");
+  lock_run holder{path};
+  holder.held();
+  const auto node = contender_nodes(path).at(0);
+  zklock_run busy{{"rm", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(busy), 124) << busy.err();
+  EXPECT_NE(busy.err().find("zklock: the lock " + path + " is in use: held by " + node), std::string::npos)
+      << busy.err();
+  EXPECT_EQ(busy.out(), "");
+  holder.run.close_stdin();
+  EXPECT_EQ(run(holder.run), 0) << holder.run.err();
+  zklock_run idle{{"rm", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(idle), 0) << idle.err();
+  EXPECT_EQ(idle.out(), "removed lock " + path + "\n");
+  EXPECT_FALSE(zkt::exists(path));
+  zklock_run gone{{"rm", "--connect", zkt::connect(), path}};
+  EXPECT_EQ(run(gone), 66) << gone.err();
+
+  zklock_run lease{exec_args({}, {"--permits", "2", path + "-sem", "--", "true"})};
+  EXPECT_EQ(run(lease), 0) << lease.err();
+  zklock_run sem{{"rm", "--connect", zkt::connect(), path + "-sem"}};
+  EXPECT_EQ(run(sem), 0) << sem.err();
+  EXPECT_EQ(sem.out(), "removed semaphore " + path + "-sem (N = 2)\n");
+
+  zklock::session s{zkt::options()};
+  s.create(path + "-dir");
+  s.create(path + "-dir/data");
+  zklock_run other{{"rm", "--connect", zkt::connect(), path + "-dir"}};
+  EXPECT_EQ(run(other), 125) << other.err();
+  EXPECT_NE(other.err().find("other nodes below it (data)"), std::string::npos) << other.err();
+}
+
 // zklock ls shows a holder whose node carries a revocation request.
 TEST(CliRevoke, LsShowsAPendingRequest) {
   const auto path = zkt::unique_path("cli-revoke-ls");
@@ -552,7 +587,8 @@ TEST(CliMessages, ALeaseCountMismatchIsSaidOnce) {
   zklock_run other{with_server("exec", {"--permits", "3", "-n", path, "--", "true"})};
   EXPECT_EQ(run(other), 125) << other.err();
   const auto err = other.err();
-  EXPECT_NE(err.find("stores \"leases=2\", opened with leases=3"), std::string::npos) << err;
+  EXPECT_NE(err.find("is a semaphore with N = 2 leases, opened here with N = 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("zklock rm " + path), std::string::npos) << "says what to do: " << err;
   EXPECT_EQ(err.find("lease count other than the stored one"), std::string::npos) << "said twice: " << err;
   EXPECT_EQ(repeats(err), "");
   holder.run.close_stdin();

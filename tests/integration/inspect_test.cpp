@@ -2,7 +2,10 @@
 // zklock::contenders(): the queue of a lock node as the server has it, each contender judged by its
 // own rule, with its token and identity — for a mutex, a read/write lock and a semaphore.
 #include <unistd.h>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <future>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
@@ -12,6 +15,7 @@
 #include <utility>
 #include <thread>
 #include <vector>
+#include "expect_error.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -171,6 +175,103 @@ TEST(Inspect, RecordingAHoldRefusesBadInput) {
   } catch (const std::system_error& e) {
     EXPECT_EQ(e.code(), zklock::make_error_code(zklock::errc::no_node));
   }
+}
+
+// remove_lock: a busy path is refused, naming its holder and its waiters, and stays; once free it
+// goes, and a second call finds nothing.
+TEST(RemoveLock, RefusesABusyPathNamingItsHolderAndRemovesItOnceFree) {
+  const auto path = zkt::unique_path("rm-busy");
+  zklock::session s1{zkt::options()}, s2{zkt::options()}, s3{zkt::options()};
+  zklock::mutex m{s1, path}, other{s2, path};
+  m.lock();
+  auto waiting = std::async(std::launch::async, [&] {  // (a mutex is unlocked by the thread that holds it)
+    const bool got = other.try_lock_for(std::chrono::seconds{30});
+    if (got) other.unlock();
+    return got;
+  });
+  ASSERT_TRUE(zkt::await_children(path, 2));
+  const auto holder = zklock::contenders(s3, path).at(0).node;
+  std::error_code code;
+  std::string said;
+  try {
+    (void)zklock::remove_lock(s3, path);
+  } catch (const std::system_error& e) {
+    code = e.code();
+    said = e.what();
+  }
+  EXPECT_EQ(code, std::error_code{zklock::errc::not_empty});
+  EXPECT_NE(said.find("the lock " + path + " is in use: held by " + holder), std::string::npos) << said;
+  EXPECT_NE(said.find("1 waiting"), std::string::npos) << said;
+  EXPECT_EQ(zkt::children(path).size(), 2u) << "nothing removed";
+  m.unlock();
+  ASSERT_TRUE(waiting.get());
+  ASSERT_TRUE(zkt::await_children(path, 0));  // (an unlock's delete is not waited for)
+  const auto removed = zklock::remove_lock(s3, path);
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_FALSE(removed->leases.has_value());
+  EXPECT_FALSE(zkt::exists(path));
+  EXPECT_FALSE(zklock::remove_lock(s3, path).has_value());
+  m.lock();  // the next acquire makes the lock node again
+  EXPECT_TRUE(m.still_owned());
+  m.unlock();
+}
+
+// remove_lock refuses what is no lock: a node with other nodes below it, or with data that is no
+// lease count; and bad paths.
+TEST(RemoveLock, RefusesANodeThatIsNoLock) {
+  const auto base = zkt::unique_path("rm-other");
+  zklock::session s{zkt::options()};
+  s.create(base);
+  s.create(base + "/app");
+  s.create(base + "/app/config");
+  s.create(base + "/note", "hello");
+  const auto kind = std::error_code{zklock::errc::path_kind_mismatch};
+  EXPECT_EQ(zkt::code_of([&] { (void)zklock::remove_lock(s, base + "/app"); }), kind);
+  EXPECT_NE(zkt::message_of([&] { (void)zklock::remove_lock(s, base + "/app"); }).find("config"), std::string::npos);
+  EXPECT_EQ(zkt::code_of([&] { (void)zklock::remove_lock(s, base + "/note"); }), kind);
+  EXPECT_TRUE(zkt::exists(base + "/app/config"));
+  EXPECT_TRUE(zkt::exists(base + "/note"));
+  EXPECT_THROW((void)zklock::remove_lock(s, "relative"), std::invalid_argument);
+  EXPECT_THROW((void)zklock::remove_lock(s, "/zookeeper"), std::invalid_argument);
+}
+
+// remove_lock against acquires in a loop (a lock's and a semaphore's): every grant finds its node
+// in place (nothing is removed from under a holder), the semaphore's node always stores its count,
+// and the path is removed whenever it is idle in between.
+TEST(RemoveLock, NeverRemovesFromUnderAnAcquire) {
+  const auto base = zkt::unique_path("rm-race");
+  zklock::session holder{zkt::options()}, remover{zkt::options()};
+  zklock::mutex m{holder, base + "-lock"};
+  zklock::counting_semaphore sem{holder, base + "-sem", 2};
+  std::atomic<bool> done{false};
+  std::atomic<int> removed{0}, refused{0};
+  std::thread rm{[&] {
+    while (!done.load()) {
+      for (const auto& p : {base + "-lock", base + "-sem"}) {
+        try {
+          if (zklock::remove_lock(remover, p)) ++removed;
+        } catch (const std::system_error& e) {
+          EXPECT_EQ(e.code(), std::error_code{zklock::errc::not_empty}) << e.what();
+          ++refused;
+        }
+      }
+    }
+  }};
+  for (int i = 0; i < 100; ++i) {
+    m.lock();
+    EXPECT_TRUE(zkt::exists(m.fence().node));
+    m.unlock();
+    sem.acquire();
+    const auto lease = sem.fence().node;
+    EXPECT_TRUE(zkt::exists(lease));
+    EXPECT_EQ(zkt::stat_node(base + "-sem").data, "leases=2");
+    EXPECT_TRUE(sem.still_owned());
+    sem.release();
+  }
+  done = true;
+  rm.join();
+  EXPECT_GT(removed.load() + refused.load(), 0);
+  std::printf("remove_lock: %d removed, %d refused as in use\n", removed.load(), refused.load());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -217,6 +218,61 @@ TEST(SemaphoreNode, ReleaseWithoutLeaseIsNotHeld) {
   EXPECT_EQ(ec, not_held);
   EXPECT_EQ(sem.held_leases(), 0);
   EXPECT_TRUE(zkt::children(path).empty());
+}
+
+// max(), used() and available() read the server: every process's leases count, waiters do not.
+TEST(Leases, UsedAndAvailableCountEveryProcessButNotItsWaiters) {
+  const auto path = zkt::unique_path("sem-usage");
+  zklock::session s1{zkt::options()}, s2{zkt::options()}, s3{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 3}, b{s2, path, 3}, c{s3, path, 3};
+  EXPECT_EQ(b.max(), 3);
+  EXPECT_EQ(b.used(), 0);
+  EXPECT_EQ(b.available(), 3);
+  a.acquire();
+  a.acquire();
+  EXPECT_EQ(b.used(), 2);
+  EXPECT_EQ(b.available(), 1);
+  b.acquire();
+  auto waiting = std::async(std::launch::async, [&] { return c.try_acquire_for(30s); });
+  ASSERT_TRUE(await_children(path, 4));
+  EXPECT_EQ(a.used(), 3) << "a waiter holds no lease";
+  EXPECT_EQ(a.available(), 0);
+  a.release();
+  ASSERT_TRUE(waiting.get());
+  EXPECT_EQ(c.used(), 3);
+  a.release();
+  b.release();
+  ASSERT_TRUE(await_children(path, 1));  // (b's release is another session's: not waited for)
+  EXPECT_EQ(a.used(), 1);
+  EXPECT_EQ(a.available(), 2);
+  c.release();
+  EXPECT_EQ(c.used(), 0);
+  EXPECT_EQ(c.max(), 3);
+}
+
+// A semaphore removed while idle (zklock::remove_lock) is made again, storing its lease count, by
+// the next acquire of an object still open; another count is then refused with a message that
+// says what the path is and what to do.
+TEST(Leases, ARemovedSemaphoreIsMadeAgainWithItsCount) {
+  const auto path = zkt::unique_path("sem-removed");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore sem{s1, path, 2};
+  const auto removed = zklock::remove_lock(s2, path);
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_EQ(removed->leases, std::optional<std::size_t>{2});
+  EXPECT_FALSE(zkt::exists(path));
+  EXPECT_EQ(sem.max(), 2) << "the node is gone: the object's own count";
+  EXPECT_EQ(sem.used(), 0);
+  sem.acquire();
+  const auto node = zkt::stat_node(path);
+  ASSERT_TRUE(node.exists);
+  EXPECT_EQ(node.ephemeral_owner, 0);
+  EXPECT_EQ(node.data, "leases=2");
+  EXPECT_EQ(sem.used(), 1);
+  const std::string said = zkt::message_of([&] { zklock::counting_semaphore other{s2, path, 3}; });
+  EXPECT_NE(said.find("is a semaphore with N = 2 leases, opened here with N = 3"), std::string::npos) << said;
+  EXPECT_NE(said.find("zklock rm " + path), std::string::npos) << said;
+  sem.release();
 }
 
 }  // namespace
