@@ -135,7 +135,7 @@ struct lock_listing {
 std::optional<lock_listing> inspect_lock(session& s, std::string_view path);
 
 /// Returns: every lock at or below the node `prefix` — each node with contenders, and each
-/// semaphore node (it stores a lease count, and stays when free) — in depth-first order, children
+/// semaphore node (it stores a lease count; a free one stays until the server reaps it) — in depth-first order, children
 /// by name; nullopt if `prefix` does not exist. A free lock that is not a semaphore leaves at
 /// most an empty node behind (a container, which the server deletes), which cannot be told from
 /// any other empty node: it is not listed. Nodes that go while being read are skipped.

@@ -30,6 +30,9 @@ import :reentrancy;
 export namespace zklock {
 
 /// A cluster-wide counting semaphore with a fixed number of leases, stored on the semaphore node.
+/// That node is a container: once a used semaphore has no lease held or wanted, the server removes
+/// it (ZooKeeper's container check, every 60 s by default), and the next acquire of any object
+/// makes it again with the object's count; nothing piles up.
 /// Each acquire takes one more lease (one contender node); release() returns the most recent one,
 /// from any thread. Fair: leases go in queue order. The leases are the object's, not a thread's:
 /// the bundle's reentrancy axis has no meaning here, and a bundle that names a model other than

@@ -91,8 +91,10 @@ bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::str
     if (!parent.empty() && !ensure_containers(s, parent, g, deadline, sent)) return false;
     if (sent) ++*sent;
     auto rc3 = s.call(deadline, g, creating, nullptr, [&](zhandle_t* zh, const void* d) {
+      // A container: the server reaps it once its last lease is gone (nothing piles up), and the
+      // next acquire makes it again with its count (create_and_list).
       return zoo_acreate(zh, path.c_str(), want.data(), static_cast<int>(want.size()), contender_acl(s),
-                         ZOO_PERSISTENT, &reply_to::on_string, d);
+                         ZOO_CONTAINER, &reply_to::on_string, d);
     });
     if (!rc3) return false;
     if (*rc3 != ZOK && *rc3 != ZNODEEXISTS) fail(*rc3, creating);

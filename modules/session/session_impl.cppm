@@ -905,7 +905,8 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
                                      clock::time_point deadline, std::size_t* sent = nullptr);
 
 /// Effects: makes sure the semaphore node `path` exists and stores `leases` ("leases=N"): creates it
-/// (persistent, its missing parents as containers) if missing. Returns: false if `deadline` passed
+/// if missing, as a container (the server reaps it once the last lease of a used semaphore is
+/// gone), its missing parents too. Returns: false if `deadline` passed
 /// first. Adds the requests sent to `*sent`, if given.
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
 /// errc::path_kind_mismatch if it stores none (a lock's path, or another node); session failures

@@ -473,7 +473,8 @@ void check_leftovers(const row& r, const std::string& base) {
     if (!expected) EXPECT_EQ(st.data, "") << "left behind: " << printable(path);
   }
   for (const auto& keep : r.remains) {
-    EXPECT_TRUE(zkt::exists(base + "/" + keep)) << keep;
+    // (a semaphore's node that had leases may be gone already: a container, reaped once idle)
+    if (!zkt::exists(base + "/" + keep)) continue;
     EXPECT_EQ(zkt::children(base + "/" + keep), std::vector<std::string>{}) << "a lease was left under " << keep;
   }
   if (!r.outside.empty()) EXPECT_FALSE(zkt::exists(r.outside)) << "created " << r.outside;

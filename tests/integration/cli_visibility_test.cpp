@@ -286,10 +286,12 @@ TEST(CliVisibility, ASemaphoreShowsItsLeasesUsed) {
   EXPECT_EQ(first.release(), 0);
   EXPECT_EQ(run(third), 0) << third.err();
   EXPECT_EQ(second.release(), 0);
-  // The semaphore node stays (it stores the lease count): free, it shows no lease used.
-  zklock_run idle{{"ls", "--connect", zkt::connect(), path}};
+  // A semaphore opened and not used yet (a used one goes once idle: a container) shows no lease used.
+  zklock::session s{zkt::options()};
+  zklock::counting_semaphore fresh{s, path + "-fresh", 2};
+  zklock_run idle{{"ls", "--connect", zkt::connect(), path + "-fresh"}};
   ASSERT_EQ(run(idle), 0) << idle.err();
-  EXPECT_EQ(idle.out(), "no contenders on " + path + " (semaphore: 0 of 2 leases used)\n");
+  EXPECT_EQ(idle.out(), "no contenders on " + path + "-fresh (semaphore: 0 of 2 leases used)\n");
 }
 
 // ---- a path that does not exist ----------------------------------------------------------------

@@ -275,4 +275,51 @@ TEST(Leases, ARemovedSemaphoreIsMadeAgainWithItsCount) {
   sem.release();
 }
 
+/// Returns: whether `path` went within 30 s (the test servers reap containers every second).
+bool reaped(const std::string& path) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (zkt::exists(path))
+    if (std::chrono::steady_clock::now() > until) return false;
+    else std::this_thread::sleep_for(20ms);
+  return true;
+}
+
+// A used semaphore's node is a container: the server reaps it once no lease is held or wanted, and
+// the objects still open make it again, with its count, on their next acquire. Three rounds of
+// three processes' leases, each round until the node is reaped: never more than N held, every
+// lease finds its node, and the node always stores its count.
+TEST(Leases, AnIdleSemaphoreIsReapedAndMadeAgainByTheNextAcquire) {
+  const auto path = zkt::unique_path("sem-reaped");
+  constexpr int n = 2, threads = 3;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  std::vector<std::unique_ptr<zklock::counting_semaphore>> sems;
+  for (int i = 0; i < threads; ++i) {
+    sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+    sems.push_back(std::make_unique<zklock::counting_semaphore>(*sessions.back(), path, n));
+  }
+  std::atomic<int> held{0}, most{0};
+  for (int round = 0; round < 3; ++round) {
+    {
+      std::vector<std::jthread> pool;
+      for (auto& sem : sems)
+        pool.emplace_back([&, sem = sem.get()] {
+          for (int i = 0; i < 10; ++i) {
+            sem->acquire();
+            const int now = ++held;
+            int seen = most.load();
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {}
+            EXPECT_TRUE(zkt::exists(sem->fence().node));
+            EXPECT_EQ(zkt::stat_node(path).data, "leases=2");
+            --held;
+            sem->release();
+          }
+        });
+    }
+    EXPECT_TRUE(reaped(path)) << "round " << round << ": an idle semaphore's node stayed";
+  }
+  EXPECT_LE(most.load(), n);
+  EXPECT_EQ(sems[0]->used(), 0);
+  EXPECT_EQ(sems[0]->max(), n);
+}
+
 }  // namespace
