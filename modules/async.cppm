@@ -66,7 +66,7 @@ export namespace zklock {
 using executor = std::function<void(std::function<void()>)>;
 
 /// A hold granted by an asynchronous acquire: of a mutex, of either side of a shared mutex, or one
-/// lease of a semaphore. Owns it the way std::unique_lock owns a lock: releases it when destroyed.
+/// lease of a semaphore; also a semaphore lease from the blocking acquire_lease(). Owns it the way std::unique_lock owns a lock: releases it when destroyed.
 /// Belongs to no thread and not to the lock object (it may outlive it); the session must outlive it.
 class lock_hold {
  public:

@@ -91,6 +91,27 @@ class basic_counting_semaphore {
   /// until a stop is requested on its token); false on timeout or cancellation, leaving nothing on
   /// the server. Throws: as try_acquire().
   [[nodiscard]] bool try_acquire(const wait_context& wc) { return acquire_within(wc); }
+  /// Effects: blocks until a lease is granted, as acquire(). Returns: the lease, owned by the caller
+  /// as a lock_hold (move-only: released when destroyed or by its unlock(), from any thread; with
+  /// its fence, fencing token, lost_token() and revocation_token()). It is not one of this object's
+  /// leases: release() never returns it and held_leases() does not count it; it may outlive this
+  /// object, not the session. Throws: as acquire().
+  [[nodiscard]] lock_hold acquire_lease() {
+    auto l = lease_within({P::timeout::lock_deadline(detail::clock::now())});
+    if (!l)
+      detail::throw_error(errc::lock_timeout,
+                          "zklock: acquire_lease() on " + path_ + ": the timeout policy's bound passed");
+    return l;
+  }
+  /// Effects, Returns: as try_acquire(wc), the lease as acquire_lease() returns it, or an empty
+  /// lock_hold on timeout or cancellation (nothing left on the server). Throws: as try_acquire().
+  [[nodiscard]] lock_hold try_acquire_lease(const wait_context& wc) { return lease_within(wc); }
+  /// Effects, Returns: waits at most `d` (<= 0: one attempt) for a lease, as try_acquire_lease().
+  /// Throws: as try_acquire().
+  template <class Rep, class Period>
+  [[nodiscard]] lock_hold try_acquire_lease_for(const std::chrono::duration<Rep, Period>& d) {
+    return lease_within({detail::deadline_after(d, "try_acquire_lease_for")});
+  }
   /// Effects: returns the most recently granted lease of this object; does nothing if it holds
   /// none (a precondition violation; release(ec) reports it). A delete the server refuses goes to
   /// the log handler (release(ec) reports it). Never throws.
@@ -232,6 +253,13 @@ class basic_counting_semaphore {
     const detail::lease_usage u = detail::read_lease_usage(s_, path_);
     const auto n = u.max == 0 ? leases_ : static_cast<std::ptrdiff_t>(u.max);
     return {n, std::min(n, static_cast<std::ptrdiff_t>(u.contenders))};
+  }
+  /// Returns: a lease granted within `wc`, owned by the caller (empty: not granted).
+  lock_hold lease_within(const wait_context& wc) {
+    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)},
+                                     bounds_.apply(wc), hooks_, bounds_.revoke_policy());
+    if (!l) return {};
+    return detail::hold_maker::make(s_, std::move(*l), path_, hooks_.reporter());
   }
   /// Returns: a copy of the most recently granted lease. Throws: errc::not_held naming `fn`.
   detail::hold latest(const char* fn) const {

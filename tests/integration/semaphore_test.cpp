@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 #include "expect_error.hpp"
+#include "stop_probe.hpp"
 #include "zk_test.hpp"
 
 namespace {
@@ -320,6 +321,43 @@ TEST(Leases, AnIdleSemaphoreIsReapedAndMadeAgainByTheNextAcquire) {
   EXPECT_LE(most.load(), n);
   EXPECT_EQ(sems[0]->used(), 0);
   EXPECT_EQ(sems[0]->max(), n);
+}
+
+// acquire_lease() and its timed forms hand the lease to the caller (a lock_hold): it is not the
+// object's, may be released on another thread or after the object is gone, and carries its fence
+// and loss signal; an empty one means not granted, leaving nothing behind.
+TEST(Leases, ALeaseFromTheBlockingCallsIsTheCallers) {
+  const auto path = zkt::unique_path("sem-lease");
+  zklock::session s{zkt::options()};
+  zklock::lock_hold kept;
+  {
+    zklock::counting_semaphore sem{s, path, 2};
+    zklock::lock_hold a = sem.acquire_lease();
+    ASSERT_TRUE(a.owns_lock());
+    EXPECT_EQ(sem.held_leases(), 0) << "not one of the object's leases";
+    EXPECT_TRUE(zkt::exists(a.fence().node));
+    EXPECT_EQ(a.fencing_token(), a.fence().token);
+    EXPECT_EQ(sem.used(), 1);
+    zklock::lock_hold b = sem.try_acquire_lease_for(30s);
+    ASSERT_TRUE(b);
+    EXPECT_FALSE(sem.try_acquire_lease_for(0ms)) << "both leases are held";
+    EXPECT_FALSE(sem.try_acquire_lease({.deadline = std::chrono::steady_clock::now() + 50ms}));
+    EXPECT_EQ(zkt::children(path).size(), 2u) << "a lease not granted leaves nothing behind";
+    std::thread{[h = std::move(a)]() mutable { h.unlock(); }}.join();  // released on another thread
+    EXPECT_EQ(sem.used(), 1);
+    kept = sem.try_acquire_lease_for(30s);
+    ASSERT_TRUE(kept);
+    sem.release();  // nothing of the object's: the callers' leases stay
+    EXPECT_EQ(sem.used(), 2);
+    zkt::stop_probe lost{b.lost_token()};
+    ASSERT_TRUE(zkt::remove(b.fence().node));  // broken from outside: its loss signal fires
+    EXPECT_TRUE(lost.wait(10s));
+    EXPECT_FALSE(b.still_owned());
+  }
+  EXPECT_TRUE(kept.still_owned()) << "a lease outlives the object that granted it";
+  kept.unlock();
+  EXPECT_FALSE(kept);
+  EXPECT_TRUE(zkt::await_children(path, 0));
 }
 
 }  // namespace
