@@ -313,14 +313,11 @@ void finish_async(session& s, const std::string& path, const hooks_ref<typename 
   std::optional<hold> h;
   if (g) {
     h = probe.finish(hooks, path, std::move(*g));
-    if (h) grant_revocation(s, *h, revocation);
-    if (h && bounds != hold_bounds{}) {
+    if (h) {
       try {
-        bound_hold(s, *h, bounds);
-      } catch (...) {  // no timer: let go rather than hold unbounded
+        settle_grant(s, *h, revocation, bounds);
+      } catch (...) {  // no timer: the hold was let go
         ec = error_of(std::current_exception());
-        h->guard->release();
-        (void)release_node(s, h->node);
         h.reset();
       }
     }

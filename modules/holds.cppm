@@ -113,6 +113,21 @@ inline void bound_hold(session& s, hold& h, const hold_bounds& b) {
   }
 }
 
+/// Effects: settles the hold `h`, just granted: its revocation policy `p` (grant_revocation), then
+/// its bounds `b` (bound_hold), if any. Throws: what bound_hold throws, after letting the hold go
+/// (its guard released, its node deleted): rather no hold than an unbounded one.
+inline void settle_grant(session& s, hold& h, on_revoke p, const hold_bounds& b) {
+  grant_revocation(s, h, p);
+  if (b == hold_bounds{}) return;
+  try {
+    bound_hold(s, h, b);
+  } catch (...) {
+    h.guard->release();
+    (void)release_node(s, h.node);
+    throw;
+  }
+}
+
 /// Who hears that a hold ended: the hooks of the lock object that granted it (shared with the
 /// lock_holds it hands out, which may outlive it), or nobody. Copyable; never throws.
 struct release_reporter {
@@ -194,16 +209,7 @@ std::optional<hold> acquire_hold(session& s, const std::string& path, const Rule
   acquire_probe<P> probe;
   auto g = acquire_node<typename P::watch, typename P::wakeup>(s, path, rule, wc, probe.counters()).run();
   auto h = probe.finish(hooks, path, std::move(g));
-  if (h) grant_revocation(s, *h, revocation);
-  if (h && wc.hold != hold_bounds{}) {
-    try {
-      bound_hold(s, *h, wc.hold);
-    } catch (...) {  // no timer: let go rather than hold unbounded
-      h->guard->release();
-      (void)release_node(s, h->node);
-      throw;
-    }
-  }
+  if (h) settle_grant(s, *h, revocation, wc.hold);
   return h;
 }
 
@@ -219,7 +225,8 @@ inline std::error_code end_hold(session& s, const hold& h, std::string_view path
   std::error_code refused;
   if (delete_node) {
     bool kept = false;  // released before hold_bounds::at_least: the node stays until then
-    if (h.keep_until > clock::now()) {
+    // (the clock is read only for a hold with a floor)
+    if (h.keep_until != clock::time_point{} && h.keep_until > clock::now()) {
       try {
         kept = schedule_hold_timer(s, h.keep_until, [&s, node = h.node] { release_node_in_background(s, node); }) != 0;
       } catch (...) {  // no timer: delete it now
