@@ -465,7 +465,7 @@ std::optional<lock_listing> remove_lock(session& s, std::string_view path_in) {
     const detail::name_list kids = children_of(s, path);
     lock_listing l = listing_of(s, path, info->data, kids);
     if (!l.contenders.empty()) refuse_busy(l);
-    if (l.other_children != 0 || (!l.leases && kids.size() == 0 && info->data.size() != 0)) {
+    if (l.other_children != 0 || (!l.leases && !info->data.empty())) {  // (lock nodes store nothing)
       std::string names;
       std::size_t n = 0;
       for (const std::string_view name : kids)

@@ -67,8 +67,10 @@ class basic_counting_semaphore {
   basic_counting_semaphore(const basic_counting_semaphore&) = delete;
   basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;
 
-  /// Effects: blocks until a lease is granted. Throws: errc::lock_timeout when the timeout policy's
-  /// bound passes; session or server failures.
+  /// Effects: blocks until a lease is granted (making the semaphore node again, with this object's
+  /// count, if it was removed while idle). Throws: errc::lock_timeout when the timeout policy's
+  /// bound passes; errc::lease_count_mismatch if the node was removed and made again meanwhile with
+  /// another count; session or server failures.
   void acquire() {
     if (!acquire_within({P::timeout::lock_deadline(detail::clock::now())}))
       detail::throw_error(errc::lock_timeout, "zklock: acquire() on " + path_ + ": the timeout policy's bound passed");
