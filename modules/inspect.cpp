@@ -54,14 +54,11 @@ contender_side side_of(detail::contender_kind k) noexcept {
   return contender_side::mutex;
 }
 
-/// Returns: the lease count in a semaphore node's data ("leases=N"), if it is one.
-std::optional<std::size_t> leases_in(std::string_view data) { return detail::leases_stored(data); }
-
 /// Returns: the lease count stored on a semaphore node ("leases=N"), if any.
 std::optional<std::size_t> stored_leases(session& s, const std::string& path) {
   const auto info = detail::read_node(s, path);
   if (!info) return std::nullopt;
-  return leases_in(info->data);
+  return detail::leases_stored(info->data);
 }
 
 // A hold record is an ephemeral sibling of the holder's contender node, "<path>/zkstats-<token>",
@@ -288,7 +285,7 @@ detail::name_list children_of(session& s, const std::string& path) {
 lock_listing listing_of(session& s, const std::string& path, std::string_view data, const detail::name_list& listing) {
   lock_listing out;
   out.path = path;
-  out.leases = leases_in(data);
+  out.leases = detail::leases_stored(data);
   out.contenders = queue_of(s, path, listing, [&] { return out.leases; });
   for (const std::string_view name : listing)
     if (!detail::parse_contender(name) && !record_token(name)) ++out.other_children;

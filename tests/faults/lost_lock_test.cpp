@@ -11,41 +11,15 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+#include "stop_probe.hpp"
 #include "zk_test.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-/// Records when a stop token fires.
-class loss_probe {
- public:
-  explicit loss_probe(std::stop_token t) : cb_(std::move(t), fire{this}) {}
-  bool wait(std::chrono::milliseconds limit) {
-    std::unique_lock lk{mu_};
-    return cv_.wait_for(lk, limit, [&] { return fired_; });
-  }
-  bool fired() {
-    std::lock_guard lk{mu_};
-    return fired_;
-  }
-
- private:
-  struct fire {
-    loss_probe* p;
-    void operator()() const noexcept {
-      {
-        std::lock_guard lk{p->mu_};
-        p->fired_ = true;
-      }
-      p->cv_.notify_all();
-    }
-  };
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool fired_ = false;
-  std::stop_callback<fire> cb_;  // last: may fire while constructed
-};
+/// Waits for a loss signal (tests/support/stop_probe.hpp).
+using loss_probe = zkt::stop_probe;
 
 using zkt::scaled;
 
@@ -82,7 +56,7 @@ TEST(LostLock, NodeDeletedBySomeoneElseFiresTheToken) {
   loss_probe probe{m.lost_token()};
   const auto kids = zkt::children(path);
   ASSERT_EQ(kids.size(), 1u);
-  EXPECT_FALSE(probe.fired());
+  EXPECT_FALSE(probe.wait(std::chrono::milliseconds{0}));
   ASSERT_TRUE(zkt::remove(path + "/" + kids[0]));
   ASSERT_TRUE(probe.wait(scaled(30s)));
   EXPECT_FALSE(m.still_owned());
@@ -163,7 +137,7 @@ TEST(LostLock, ServerPausedShorterThanTheTimeoutKeepsSessionAndLock) {
   EXPECT_EQ(zkt::children(path), node) << "our node changed";
   EXPECT_EQ(s.id(), id);
   EXPECT_EQ(s.generation(), 1u);
-  EXPECT_FALSE(probe.fired()) << "a stall shorter than the tolerance was reported as a loss";
+  EXPECT_FALSE(probe.wait(std::chrono::milliseconds{0})) << "a stall shorter than the tolerance was reported as a loss";
   EXPECT_TRUE(m.still_owned());
   EXPECT_EQ(m.fencing_token(), token);
   m.unlock();
@@ -244,7 +218,7 @@ TEST(LostLock, SemaphoreLeasesHaveALossSignal) {
   sem.release();  // a lost lease: quiet
   sem.acquire();
   loss_probe second{sem.lost_token()};
-  EXPECT_FALSE(second.fired()) << "a new lease inherited the old loss";
+  EXPECT_FALSE(second.wait(std::chrono::milliseconds{0})) << "a new lease inherited the old loss";
   ASSERT_TRUE(zkt::expire(s));
   ASSERT_TRUE(second.wait(scaled(30s)));
   sem.release();
