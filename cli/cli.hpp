@@ -104,6 +104,8 @@ struct options {
   lock_mode mode = lock_mode::write;
   bool mode_given = false;
   std::ptrdiff_t permits = 0;
+  std::ptrdiff_t take = 1;  // --take K: the permits of the one lease taken (1..permits)
+  bool take_given = false;
   std::optional<ms> timeout;  // none: forever
   std::string timeout_by;     // the option that set it (--timeout, --wait or --nonblock)
   int conflict_code = exit_code::timeout;  // -E: not acquired (taken, timed out), wait: not free
@@ -134,7 +136,7 @@ int parse_signal(std::string_view text);
 /// Returns: "SIGTERM" for 15, "signal N" for a signal without a name.
 std::string signal_name(int sig);
 /// Returns: the lease count in `text` (1..1000000). Throws: exit_error (usage).
-std::ptrdiff_t parse_permits(std::string_view text);
+std::ptrdiff_t parse_permits(std::string_view text, const char* option = "--permits");
 /// Returns: the exit code of -E in `text`: 0..127 but none of zklock's own codes (69, 70, 75, 77,
 /// 78, 125, 126, 127). Throws: exit_error (usage) naming the option and why.
 int parse_conflict_code(std::string_view text);

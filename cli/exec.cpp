@@ -76,8 +76,8 @@ struct locks {
         sem.emplace(s, o.path, o.permits, record_hooks{&acquired});
         sem->set_hold_bounds(bounds);
         sem->set_on_revoke(revoke);
-        return attempt(o.timeout, [&] { return sem->try_acquire(); }, [&](ms t) { return sem->try_acquire_for(t); },
-                       [&] { sem->acquire(); });
+        return attempt(o.timeout, [&] { return sem->try_acquire(o.take); },
+                       [&](ms t) { return sem->try_acquire_for(o.take, t); }, [&] { sem->acquire(o.take); });
     }
     return false;
   }

@@ -55,10 +55,11 @@ std::string holders_of(zklock::session& s, const options& o) {
     return {};  // the message goes without the names
   }
   std::string held, waiting;
-  std::size_t holders = 0, waiters = 0;
+  std::size_t holders = 0, waiters = 0, used = 0;
   for (const auto& c : queue) {
     if (!counts(o.mode, c.side) || c.session_id == s.id()) continue;  // (not our own node, if still there)
     if (c.state == contender_state::holder) {
+      used += c.permits;
       held += (holders++ == 0 ? "" : "; ") + describe(c);
     } else {
       ++waiters;
@@ -67,7 +68,7 @@ std::string holders_of(zklock::session& s, const options& o) {
   std::string out = holders == 0 ? "nobody holds it now (it was released meanwhile)" : "held by " + held;
   std::string notes;  // "(1 of 2 leases used, 3 waiters queued)"
   if (o.mode == lock_mode::permits && holders > 0)
-    notes = std::to_string(holders) + " of " + std::to_string(o.permits) + " leases used";
+    notes = std::to_string(used) + " of " + std::to_string(o.permits) + " leases used";
   if (waiters > 0) notes += (notes.empty() ? "" : ", ") + count_of(waiters, "waiter") + " queued";
   return notes.empty() ? out : out + " (" + notes + ")";
 }

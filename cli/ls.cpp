@@ -53,7 +53,8 @@ std::string json_object(const std::string& path, const zklock::contender_info& r
          ",\"wakeups\":" + number(a ? a->wakeups : 0) + ",\"requests\":" + number(a ? a->requests : 0) +
          ",\"revocation_requested\":" + (r.revocation_requested ? "true" : "false") +
          ",\"node\":" + json_string(r.node) +
-         ",\"leases\":" + (leases && r.side == zklock::contender_side::lease ? std::to_string(*leases) : "null") + "}";
+         ",\"leases\":" + (leases && r.side == zklock::contender_side::lease ? std::to_string(*leases) : "null") +
+         ",\"permits\":" + (r.side == zklock::contender_side::lease ? std::to_string(r.permits) : "null") + "}";
 }
 
 /// Effects: prints `table` with columns padded to their widest cell, two spaces apart.
@@ -84,13 +85,13 @@ std::string count_of(std::size_t n, const char* noun) {
 }
 
 /// Returns: a semaphore's leases in use, "1 of 2 leases used" (with the waiters, if any), or ""
-/// for another lock. A lease counts as used while its contender holds it.
+/// for another lock. A lease's permits count as used while its contender holds it.
 std::string leases_used(const zklock::lock_listing& lock) {
   if (!lock.leases) return {};
   std::size_t used = 0, waiting = 0;
   for (const auto& c : lock.contenders) {
     if (c.side != zklock::contender_side::lease) continue;
-    if (c.state == zklock::contender_state::holder) ++used;
+    if (c.state == zklock::contender_state::holder) used += c.permits;
     else ++waiting;
   }
   std::string out = std::to_string(used) + " of " + count_of(*lock.leases, "lease") + " used";
@@ -105,7 +106,9 @@ std::vector<std::vector<std::string>> table_of(const zklock::lock_listing& lock,
   for (const auto& r : lock.contenders) {
     const auto since = since_ms(r);
     const auto a = record_of(r);
-    table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), side_name(r.side),
+    std::string kind = side_name(r.side);
+    if (r.permits > 1) kind += " x" + std::to_string(r.permits);  // a lease of many permits
+    table.push_back({std::to_string(r.position + 1), zklock::to_string(r.state), kind,
                      std::to_string(r.token),
                      r.revocation_requested ? "revoke-requested" : r.who.host.empty() ? "-" : r.who.host,
                      r.who.pid ? std::to_string(*r.who.pid) : "-", since ? iso_time(*since) : "-",

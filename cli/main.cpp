@@ -357,6 +357,13 @@ struct command_line {
             set_mode(lock_mode::permits);
           },
           modes);
+    value(sub, "--take", "K",
+          "with --permits N: take K of the N at once, as one lease (K: 1..N; default 1). Granted in queue order "
+          "once all K fit; a waiter for K is not passed by later smaller ones",
+          [this](const std::string& v) {
+            o.take = parse_permits(v, "--take");
+            o.take_given = true;
+          });
     value(sub, "--timeout", "D", "wait at most D for the lock (0: try once; default: wait forever)",
           [this](const std::string& v) { set_timeout("--timeout", parse_duration("--timeout", v, true)); });
     add_bound_synonyms(sub, "the lock is taken (-n) or not acquired in time");
@@ -403,6 +410,10 @@ struct command_line {
       if (o.argv.front().empty() || (o.shell_command && o.shell_command->empty()))
         usage_error("the command to run is an empty string");
     }
+    if (o.take_given && o.mode != lock_mode::permits) usage_error("--take K needs --permits N (a semaphore's lease count)");
+    if (o.take > o.permits && o.mode == lock_mode::permits)
+      usage_error("--take " + std::to_string(o.take) + " is more than the semaphore's --permits " +
+                  std::to_string(o.permits) + " (take 1 to " + std::to_string(o.permits) + ")");
     if (o.max_hold > ms::zero() && o.hold_at_least > o.max_hold)
       usage_error("--hold-at-least (" + std::to_string(o.hold_at_least.count()) + " ms) is over --max-hold (" +
                   std::to_string(o.max_hold.count()) + " ms)");

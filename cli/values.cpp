@@ -58,11 +58,11 @@ std::string signal_name(int sig) {
   return abbrev ? std::string{"SIG"} + abbrev : "signal " + std::to_string(sig);
 }
 
-std::ptrdiff_t parse_permits(std::string_view v) {
+std::ptrdiff_t parse_permits(std::string_view v, const char* option) {
   std::ptrdiff_t n = 0;
   const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (v.empty() || ec != std::errc{} || ptr != v.data() + v.size() || n < 1 || n > 1'000'000)
-    usage_error("bad --permits \"" + std::string{v} + "\": expected a whole number from 1 to 1000000");
+    usage_error(std::string{"bad "} + option + " \"" + std::string{v} + "\": expected a whole number from 1 to 1000000");
   return n;
 }
 

@@ -219,8 +219,8 @@ class attempt {
     arm_watches(s_, node_.generation, fresh);  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
-  /// Effects: forgets the watches on contenders ahead that fired. Returns: how many fired because
-  /// their node was deleted; sets `other` if one fired for another reason (its node's data
+  /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those that
+  /// fired because their node was deleted; sets `other` if one fired for another reason (its node's data
   /// changed, or the session ended).
   /// Throws: the server's refusal of a watch's request (watch_refused); a lost connection or an
   /// ended session only sets `other` (the listing that follows waits for the next, or throws).
@@ -230,7 +230,7 @@ class attempt {
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (!w->fired()) return false;
       if (w->deleted()) {
-        ++deleted;
+        deleted += weight_of(w->path);  // (in permits, as the tally counts)
       } else {
         other = true;
         if (!failed && w->failure() != 0) failed = w;
@@ -337,7 +337,9 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
     std::string lock_data;  // a semaphore's node is made again with its lease count if it was removed
     if constexpr ((Rule::kinds & lease_kinds) != 0) lock_data = lease_count_text(rule.limit());
-    auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own), contender_data(), deadline,
+    std::uint32_t permits = 1;  // a lease of many permits says so in its name
+    if constexpr ((Rule::kinds & lease_kinds) != 0) permits = rule.permits;
+    auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own, permits), contender_data(), deadline,
                                   count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0, lock_data);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
@@ -378,11 +380,16 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       if (st.held()) co_return at.granted(!first);
       if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
       // Not yet: wait as the watch strategy says, then look again (or take the grant).
-      ahead = st.ahead.size();
+      // (in permits: each contender ahead weighs 1, but a lease of many permits)
+      ahead = st.weight;
       limit = st.limit;
-      window = Watch::window(ahead, limit, look_ahead(s));
-      for (std::size_t i = ahead - window; window != 0 && i < ahead; ++i)
+      const std::size_t budget = Watch::window(ahead, limit, look_ahead(s));
+      const std::size_t n = budget == 0 ? 0 : nearest_reaching(st, std::span<const contender>{queue}, budget);
+      window = 0;
+      for (std::size_t i = st.ahead.size() - n; i < st.ahead.size(); ++i) {
         targets.push_back((lock_path + "/").append(queue[st.ahead[i]].name));
+        window += queue[st.ahead[i]].weight;
+      }
       listing.reset();  // (what the wait needs is in targets)
     }
     if (window == 0) {  // the lock node's children: any join or leave may be our turn

@@ -118,6 +118,9 @@ class lock_hold {
   bool owns_lock() const noexcept { return s_ != nullptr; }
   /// Returns: owns_lock().
   explicit operator bool() const noexcept { return owns_lock(); }
+  /// Returns: the permits the hold takes: n for a semaphore lease of n permits (acquire_lease(n)),
+  /// else 1; 0 if empty.
+  std::ptrdiff_t permits() const noexcept { return s_ ? static_cast<std::ptrdiff_t>(detail::weight_of(h_.node.path)) : 0; }
   /// Returns: the hold's fencing token (its node's creation zxid; larger than every earlier
   /// holder's). Throws: std::system_error(errc::not_held) if empty.
   std::int64_t fencing_token() const {

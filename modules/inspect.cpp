@@ -223,6 +223,7 @@ std::vector<contender_info> queue_of(session& s, const std::string& path, const 
     contender_info ci;
     ci.node = c.name;
     ci.side = side_of(c.kind);
+    ci.permits = c.weight;
     ci.token = info->czxid;
     ci.session_id = info->ephemeral_owner;
     ci.revocation_requested = detail::is_revocation_request(info->data);

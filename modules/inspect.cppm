@@ -64,6 +64,7 @@ struct contender_info {
   std::size_t position = 0;                         ///< contenders ahead of it (0 = first)
   std::string node;                                 ///< its node's name under the lock node
   contender_side side = contender_side::mutex;      ///< what it queues for
+  std::size_t permits = 1;                          ///< the permits a lease takes (n of acquire(n)); else 1
   contender_state state = contender_state::waiter;  ///< holder or waiter
   std::int64_t token = 0;                           ///< its fencing token (the node's czxid)
   std::int64_t session_id = 0;                      ///< the session that owns the node

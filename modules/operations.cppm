@@ -373,13 +373,13 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 /// errc::path_kind_mismatch if it stores no lease count (a lock's path, or another node).
 void ensure_semaphore_node(session& s, const std::string& path, int leases);
 
-/// A semaphore's stored lease count and the leases queued under it, read together.
+/// A semaphore's stored lease count and the permits held under it, read together.
 struct lease_usage {
-  std::size_t max = 0;         ///< the lease count its node stores (0: the node is missing)
-  std::size_t contenders = 0;  ///< lease contenders under it: holders and waiters
+  std::size_t max = 0;   ///< the lease count its node stores (0: the node is missing)
+  std::size_t held = 0;  ///< the permits its holders take (the leases at the head that fit in max)
 };
 
-/// Returns: the lease count the semaphore node `path` stores and how many leases are queued under
+/// Returns: the lease count the semaphore node `path` stores and how many permits are held under
 /// it (two requests: its data, then its children). Waits through a disconnection for up to the
 /// session's connect_timeout.
 /// Throws: std::system_error: errc::path_kind_mismatch if the node stores no lease count,

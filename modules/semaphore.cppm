@@ -33,8 +33,10 @@ export namespace zklock {
 /// That node is a container: once a used semaphore has no lease held or wanted, the server removes
 /// it (ZooKeeper's container check, every 60 s by default), and the next acquire of any object
 /// makes it again with the object's count; nothing piles up.
-/// Each acquire takes one more lease (one contender node); release() returns the most recent one,
-/// from any thread. Fair: leases go in queue order. The leases are the object's, not a thread's:
+/// Each acquire takes one more lease (one contender node) of one permit, or of n permits with the
+/// calls that take n: all n at once or none (no partial holds, so two waiters for many permits never
+/// deadlock each other); release() returns the most recent lease, from any thread. Fair: leases go
+/// in queue order, and a lease waiting for many permits is not passed by later smaller ones. The leases are the object's, not a thread's:
 /// the bundle's reentrancy axis has no meaning here, and a bundle that names a model other than
 /// reentrancy_none does not compile. Timed calls and releases of what is not held follow
 /// basic_mutex's rules.
@@ -93,16 +95,42 @@ class basic_counting_semaphore {
   /// until a stop is requested on its token); false on timeout or cancellation, leaving nothing on
   /// the server. Throws: as try_acquire().
   [[nodiscard]] bool try_acquire(const wait_context& wc) { return acquire_within(wc); }
+
+  /// Effects: as acquire(), for one lease of `n` permits: granted once all n fit beside the leases
+  /// ahead of it in the queue, all at once (never some of them). release() returns it whole.
+  /// Throws: std::invalid_argument if n is outside 1..leases(); as acquire().
+  void acquire(std::ptrdiff_t n) {
+    if (!acquire_within({P::timeout::lock_deadline(detail::clock::now())}, n))
+      detail::throw_error(errc::lock_timeout, "zklock: acquire(" + std::to_string(n) + ") on " + path_ +
+                                                  ": the timeout policy's bound passed");
+  }
+  /// Effects, Returns: as try_acquire(), for one lease of `n` permits. Throws: as acquire(n).
+  [[nodiscard]] bool try_acquire(std::ptrdiff_t n) { return acquire_within({detail::clock::now()}, n); }
+  /// Effects, Returns: as try_acquire_for(d), for one lease of `n` permits. Throws: as acquire(n).
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_acquire_for(std::ptrdiff_t n, const std::chrono::duration<Rep, Period>& d) {
+    return acquire_within({detail::deadline_after(d, "try_acquire_for")}, n);
+  }
+  /// Effects, Returns: as try_acquire_until(t), for one lease of `n` permits. Throws: as acquire(n).
+  template <class Clock, class Duration>
+  [[nodiscard]] bool try_acquire_until(std::ptrdiff_t n, const std::chrono::time_point<Clock, Duration>& t) {
+    return acquire_within({detail::steady_deadline(t)}, n);
+  }
+  /// Effects, Returns: as try_acquire(wc), for one lease of `n` permits. Throws: as acquire(n).
+  [[nodiscard]] bool try_acquire(std::ptrdiff_t n, const wait_context& wc) { return acquire_within(wc, n); }
   /// Effects: blocks until a lease is granted, as acquire(). Returns: the lease, owned by the caller
   /// as a lock_hold (move-only: released when destroyed or by its unlock(), from any thread; with
   /// its fence, fencing token, lost_token() and revocation_token()). It is not one of this object's
   /// leases: release() never returns it and held_leases() does not count it; it may outlive this
   /// object, not the session. Throws: as acquire().
-  [[nodiscard]] lock_hold acquire_lease() {
-    auto l = lease_within({P::timeout::lock_deadline(detail::clock::now())});
+  [[nodiscard]] lock_hold acquire_lease() { return acquire_lease(1); }
+  /// Effects, Returns: as acquire_lease(), one lease of `n` permits (granted as acquire(n); its
+  /// permits() says n). Throws: as acquire(n).
+  [[nodiscard]] lock_hold acquire_lease(std::ptrdiff_t n) {
+    auto l = lease_within({P::timeout::lock_deadline(detail::clock::now())}, n);
     if (!l)
-      detail::throw_error(errc::lock_timeout,
-                          "zklock: acquire_lease() on " + path_ + ": the timeout policy's bound passed");
+      detail::throw_error(errc::lock_timeout, "zklock: acquire_lease(" + std::to_string(n) + ") on " + path_ +
+                                                  ": the timeout policy's bound passed");
     return l;
   }
   /// Effects, Returns: as try_acquire(wc), the lease as acquire_lease() returns it, or an empty
@@ -114,7 +142,15 @@ class basic_counting_semaphore {
   [[nodiscard]] lock_hold try_acquire_lease_for(const std::chrono::duration<Rep, Period>& d) {
     return lease_within({detail::deadline_after(d, "try_acquire_lease_for")});
   }
-  /// Effects: returns the most recently granted lease of this object; does nothing if it holds
+  /// Effects, Returns: as try_acquire_lease(wc), one lease of `n` permits. Throws: as acquire(n).
+  [[nodiscard]] lock_hold try_acquire_lease(std::ptrdiff_t n, const wait_context& wc) { return lease_within(wc, n); }
+  /// Effects, Returns: as try_acquire_lease_for(d), one lease of `n` permits. Throws: as acquire(n).
+  template <class Rep, class Period>
+  [[nodiscard]] lock_hold try_acquire_lease_for(std::ptrdiff_t n, const std::chrono::duration<Rep, Period>& d) {
+    return lease_within({detail::deadline_after(d, "try_acquire_lease_for")}, n);
+  }
+  /// Effects: returns the most recently granted lease of this object (all its permits: one, or the
+  /// n of acquire(n)); does nothing if it holds
   /// none (a precondition violation; release(ec) reports it). A delete the server refuses goes to
   /// the log handler (release(ec) reports it). Never throws.
   void release() noexcept {
@@ -137,10 +173,17 @@ class basic_counting_semaphore {
     }
     ec = detail::end_hold(s_, *l, path_, hooks_.reporter());
   }
-  /// Returns: how many leases this object holds.
+  /// Returns: how many leases this object holds (a lease of n permits counts once).
   std::ptrdiff_t held_leases() const noexcept {
     std::lock_guard lk{mu_};
     return static_cast<std::ptrdiff_t>(held_.size());
+  }
+  /// Returns: how many permits this object's leases take together.
+  std::ptrdiff_t held_permits() const noexcept {
+    std::lock_guard lk{mu_};
+    std::ptrdiff_t n = 0;
+    for (const auto& l : held_) n += detail::weight_of(l.node.path);
+    return n;
   }
   /// Returns: the number of leases of the semaphore, as this object was opened with.
   std::ptrdiff_t leases() const noexcept { return leases_; }
@@ -150,11 +193,12 @@ class basic_counting_semaphore {
   /// node stores no lease count any more; operation_timeout after connect_timeout without a
   /// connection; session or server failures).
   std::ptrdiff_t max() const { return usage().first; }
-  /// Returns: how many of its leases are held now, by every process (two requests: the lease
-  /// count, then the queue; the first N contenders hold). A snapshot, as max(). Throws: as max().
+  /// Returns: how many of its permits are held now, by every process (two requests: the lease
+  /// count, then the queue; the leases at its head that fit in N hold). A snapshot, as max().
+  /// Throws: as max().
   std::ptrdiff_t used() const { return usage().second; }
-  /// Returns: how many leases a new acquire would find free now: max() - used(), from one snapshot
-  /// (two requests; 0 when every lease is held, however many wait). Throws: as max().
+  /// Returns: how many permits are free now: max() - used(), from one snapshot (two requests).
+  /// A new acquire(n) is granted at once only if n fit and no one waits. Throws: as max().
   std::ptrdiff_t available() const {
     const auto [n, held] = usage();
     return n - held;
@@ -222,12 +266,23 @@ class basic_counting_semaphore {
   void async_acquire(Callback cb) {
     async_acquire(wait_context{}, std::move(cb));
   }
+  /// Effects: as async_acquire(wc, cb, ex), for one lease of `n` permits (granted as acquire(n)).
+  /// Throws: std::invalid_argument if n is outside 1..leases() (before anything starts); as above.
+  template <AcquireCallback Callback>
+  void async_acquire(std::ptrdiff_t n, const wait_context& wc, Callback cb, executor ex = {}) {
+    async_.start(rule_for(n, "async_acquire"), bounds_.apply(wc), std::move(ex), std::move(cb), bounds_.revoke_policy());
+  }
   /// Returns: an awaitable of the same acquire, started when awaited (await it while this object
   /// lives): `lock_hold h = co_await x.async_acquire(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_acquire(const wait_context& wc = {}, executor ex = {}) {
     return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex),
                             bounds_.revoke_policy());
+  }
+  /// Returns: an awaitable of async_acquire(n, wc, ...), as above. Throws: std::invalid_argument if n
+  /// is outside 1..leases() (at the call, not when awaited).
+  [[nodiscard]] hold_awaitable async_acquire(std::ptrdiff_t n, const wait_context& wc, executor ex = {}) {
+    return async_.awaitable(rule_for(n, "async_acquire"), bounds_.apply(wc), std::move(ex), bounds_.revoke_policy());
   }
 
  private:
@@ -237,9 +292,18 @@ class basic_counting_semaphore {
                                   " leases; a semaphore has 1..1000000");
     return n;
   }
-  bool acquire_within(const wait_context& wc) {
-    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)},
-                                     bounds_.apply(wc), hooks_, bounds_.revoke_policy());
+  /// Returns: the rule of a lease of `n` permits. Throws: std::invalid_argument, naming `fn`, if n is
+  /// outside 1..leases_.
+  detail::semaphore_rule rule_for(std::ptrdiff_t n, const char* fn) const {
+    if (n < 1 || n > leases_)
+      throw std::invalid_argument("zklock::basic_counting_semaphore::" + std::string{fn} + ": " + std::to_string(n) +
+                                  " permits asked of " + path_ + ", a semaphore of N = " + std::to_string(leases_) +
+                                  " leases: ask for 1 to " + std::to_string(leases_));
+    return {static_cast<std::size_t>(leases_), static_cast<std::uint32_t>(n)};
+  }
+  bool acquire_within(const wait_context& wc, std::ptrdiff_t n = 1) {
+    auto l = detail::acquire_hold<P>(s_, path_, rule_for(n, "acquire"), bounds_.apply(wc), hooks_,
+                                     bounds_.revoke_policy());
     if (!l) return false;
     try {
       std::lock_guard lk{mu_};
@@ -254,12 +318,12 @@ class basic_counting_semaphore {
   std::pair<std::ptrdiff_t, std::ptrdiff_t> usage() const {
     const detail::lease_usage u = detail::read_lease_usage(s_, path_);
     const auto n = u.max == 0 ? leases_ : static_cast<std::ptrdiff_t>(u.max);
-    return {n, std::min(n, static_cast<std::ptrdiff_t>(u.contenders))};
+    return {n, static_cast<std::ptrdiff_t>(u.held)};
   }
   /// Returns: a lease granted within `wc`, owned by the caller (empty: not granted).
-  lock_hold lease_within(const wait_context& wc) {
-    auto l = detail::acquire_hold<P>(s_, path_, detail::semaphore_rule{static_cast<std::size_t>(leases_)},
-                                     bounds_.apply(wc), hooks_, bounds_.revoke_policy());
+  lock_hold lease_within(const wait_context& wc, std::ptrdiff_t n = 1) {
+    auto l = detail::acquire_hold<P>(s_, path_, rule_for(n, "acquire_lease"), bounds_.apply(wc), hooks_,
+                                     bounds_.revoke_policy());
     if (!l) return {};
     return detail::hold_maker::make(s_, std::move(*l), path_, hooks_.reporter());
   }

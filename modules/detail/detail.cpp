@@ -62,8 +62,31 @@ std::string_view marker(contender_kind k) noexcept {
 }
 
 namespace {
-/// Returns: the contender a name stands for, without copying the name (kind and seq only).
-std::optional<std::pair<contender_kind, std::int32_t>> parse_name(std::string_view name) noexcept {
+/// Returns: the weight "p<n>-" written just before a lease marker ends `head` with (n in
+/// 2..1,000,000, no leading zero), or 1. `head` ends with "-p<n>-lease-" for a lease of n permits;
+/// the uuid before it is hex, so no uuid group reads as "p<n>".
+std::uint32_t lease_weight(std::string_view head) noexcept {
+  head.remove_suffix(marker(contender_kind::lease).size());
+  if (!head.ends_with('-')) return 1;
+  head.remove_suffix(1);
+  const auto dash = head.rfind('-');
+  if (dash == std::string_view::npos) return 1;
+  const auto text = head.substr(dash + 1);
+  if (text.size() < 2 || text.size() > 8 || text[0] != 'p' || text[1] == '0') return 1;
+  std::uint32_t n = 0;
+  const auto [ptr, ec] = std::from_chars(text.data() + 1, text.data() + text.size(), n);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || n < 2 || n > 1'000'000) return 1;
+  return n;
+}
+
+struct parsed_name {
+  contender_kind kind;
+  std::int32_t seq;
+  std::uint32_t weight;
+};
+
+/// Returns: the contender a name stands for, without copying the name (kind, seq and weight).
+std::optional<parsed_name> parse_name(std::string_view name) noexcept {
   // ZooKeeper appends the parent's counter as printf("%010d"): ten digits, or '-' and up to ten
   // digits once the counter has wrapped negative ("-000000001", "-2147483648"). The marker comes
   // right before it.
@@ -78,7 +101,8 @@ std::optional<std::pair<contender_kind, std::int32_t>> parse_name(std::string_vi
       std::int32_t seq = 0;
       const char* last = seq_text.data() + seq_text.size();
       const auto [ptr, ec] = std::from_chars(seq_text.data(), last, seq);
-      if (ec == std::errc{} && ptr == last) return std::pair{k, seq};
+      if (ec == std::errc{} && ptr == last)
+        return parsed_name{k, seq, k == contender_kind::lease ? lease_weight(head) : 1u};
     }
   }
   return std::nullopt;
@@ -88,7 +112,12 @@ std::optional<std::pair<contender_kind, std::int32_t>> parse_name(std::string_vi
 std::optional<contender> parse_contender(std::string_view name) {
   const auto p = parse_name(name);
   if (!p) return std::nullopt;
-  return contender{name, p->second, p->first};
+  return contender{name, p->seq, p->weight, p->kind};
+}
+
+std::uint32_t weight_of(std::string_view name) noexcept {
+  const auto p = parse_name(name.substr(name.rfind('/') + 1));
+  return p ? p->weight : 1;
 }
 
 std::vector<contender> sorted_contenders(const name_list& children, unsigned kinds, unsigned* present) {
@@ -100,9 +129,9 @@ std::vector<contender> sorted_contenders(const name_list& children, unsigned kin
   for (const std::string_view n : children) {
     const auto p = parse_name(n);
     if (!p) continue;
-    const unsigned bit = 1u << static_cast<unsigned>(p->first);
+    const unsigned bit = 1u << static_cast<unsigned>(p->kind);
     seen |= bit;
-    if ((kinds & bit) != 0) out.push_back(contender{n, p->second, p->first});
+    if ((kinds & bit) != 0) out.push_back(contender{n, p->seq, p->weight, p->kind});
   }
   if (present) *present = seen;
   return std::move(out) |
@@ -135,8 +164,9 @@ std::string random_uuid() {
   return out;
 }
 
-std::string contender_prefix(contender_kind k) {
+std::string contender_prefix(contender_kind k, std::uint32_t permits) {
   std::string p = "_c_" + random_uuid() + "-";
+  if (k == contender_kind::lease && permits > 1) ((p += 'p') += std::to_string(permits)) += '-';
   p += marker(k);
   return p;
 }

@@ -26,6 +26,7 @@ std::string_view marker(contender_kind k) noexcept;
 struct contender {
   std::string_view name;                       ///< the child's name under the lock node (views the listing's)
   std::int32_t seq = 0;                        ///< its sequence number (the last 10 digits)
+  std::uint32_t weight = 1;                    ///< permits it stands for (a lease of n permits: n; else 1)
   contender_kind kind = contender_kind::lock;  ///< which side it stands for
 };
 
@@ -121,7 +122,13 @@ std::vector<contender> sorted_contenders(const name_list& children, unsigned kin
 /// Returns: a fresh random id, formatted like a Java UUID (8-4-4-4-12 lowercase hex).
 std::string random_uuid();
 
-/// Returns: the node name prefix of one acquire attempt: "_c_<uuid>-<marker>".
-std::string contender_prefix(contender_kind k);
+/// Returns: the node name prefix of one acquire attempt: "_c_<uuid>-<marker>"; for a lease of
+/// `permits` > 1 permits, "_c_<uuid>-p<permits>-lease-" (the name carries its weight, so that a
+/// listing alone tells every waiter how many permits are taken ahead of it).
+std::string contender_prefix(contender_kind k, std::uint32_t permits = 1);
+
+/// Returns: the permits a contender named `name` stands for: n for a lease named "...-p<n>-lease-<seq>"
+/// (n in 2..1,000,000), else 1.
+std::uint32_t weight_of(std::string_view name) noexcept;
 
 }  // namespace zklock::detail

@@ -25,11 +25,14 @@ export namespace zklock::detail {
 struct standing {
   /// Queue indices of the contenders ahead that its mode counts, in queue order (nearest last).
   std::vector<std::size_t> ahead;
-  /// It holds while fewer than `limit` counted contenders are ahead (1 for a mutex or a side of a
-  /// read/write lock, the lease count for a semaphore).
+  /// The permits they stand for (each lock contender and each one-permit lease: 1).
+  std::size_t weight = 0;
+  /// It holds while fewer than `limit` permits are taken ahead of it (1 for a mutex or a side of a
+  /// read/write lock; for a semaphore with N leases, N - n + 1 for a lease of n permits: the n fit
+  /// beside those ahead; 0 if n exceeds N).
   std::size_t limit = 1;
   /// Returns: whether it holds.
-  bool held() const noexcept { return ahead.size() < limit; }
+  bool held() const noexcept { return weight < limit; }
 };
 
 /// Returns: the bit of `k` in a rule's `kinds` mask (bit i = contender_kind i).
@@ -90,7 +93,11 @@ struct read_rule {
   static constexpr std::size_t limit() noexcept { return 1; }
 };
 
-/// Semaphore with `leases` leases: held iff fewer than `leases` contenders precede us.
+/// Semaphore with `leases` leases (permits): a lease of n permits is held iff the permits of the
+/// leases ahead of it and its own n fit in `leases`. Leases are granted in queue order, all of a
+/// lease's permits at once: the holders are always a prefix of the queue, so they never take more
+/// than `leases` permits, and a lease of many permits is never passed by later smaller ones (no
+/// partial holds, no starvation).
 struct semaphore_rule {
   /// The kind of node this rule's contenders create.
   static constexpr contender_kind own = contender_kind::lease;
@@ -98,8 +105,10 @@ struct semaphore_rule {
   static constexpr unsigned kinds = lease_kinds;
   /// The kinds that say the path is not a semaphore: mutex, read and write contenders.
   static constexpr unsigned foreign = lock_kinds;
-  /// How many contenders may hold at once (at least 1).
+  /// How many permits may be held at once (at least 1).
   std::size_t leases = 1;
+  /// The permits this rule's contender takes (1..leases).
+  std::uint32_t permits = 1;
   /// Returns: true: every lease ahead counts.
   static constexpr bool counts(const contender&) noexcept { return true; }
   /// Returns: the lease count.
@@ -133,22 +142,38 @@ constexpr std::optional<std::size_t> leases_stored(std::string_view data) noexce
 /// Returns: what a semaphore node with `leases` leases stores: "leases=N".
 inline std::string lease_count_text(std::size_t leases) { return "leases=" + std::to_string(leases); }
 
-/// Returns: where q[self] stands by `rule` (self < q.size()).
+/// Returns: where q[self] stands by `rule` (self < q.size()), each contender weighing the permits
+/// its name says (zklock.detail:queue, weight_of: 1 but for a lease of many permits).
 template <class Rule>
 standing stand(const Rule& rule, std::span<const contender> q, std::size_t self) {
   standing s;
-  s.limit = rule.limit();
+  const std::size_t own = q[self].weight;
+  s.limit = own > rule.limit() ? 0 : rule.limit() - own + 1;
   for (std::size_t i = 0; i < self; ++i)
-    if (rule.counts(q[i])) s.ahead.push_back(i);
+    if (rule.counts(q[i])) {
+      s.ahead.push_back(i);
+      s.weight += q[i].weight;
+    }
   return s;
 }
 
+/// Returns: how many of the counted contenders ahead (`st.ahead`, the nearest last) to watch so
+/// that the permits they stand for reach `budget` (all of them if they never do): with `budget`
+/// at least st.limit, no grant can come before one of the watched goes, however many of the others
+/// go unseen. For one-permit contenders, `budget` contenders.
+inline std::size_t nearest_reaching(const standing& st, std::span<const contender> q, std::size_t budget) noexcept {
+  std::size_t n = 0, w = 0;
+  while (n < st.ahead.size() && w < budget) w += q[st.ahead[st.ahead.size() - 1 - n++]].weight;
+  return n;
+}
+
 /// What a waiter watching contenders ahead (not the lock node's children) knows between two
-/// listings. At the listing `ahead` counted contenders were ahead of it; it watches the `watched`
-/// nearest of them, and has seen `gone` of those deleted since (a watch that found its node gone
-/// already counts too). Nobody can join ahead of it (sequence numbers only grow), so at most
-/// ahead - gone counted contenders are ahead now: the only grant a deletion may cause is one this
-/// bound proves.
+/// listings, counted in permits (a lock contender and a one-permit lease weigh 1). At the listing
+/// counted contenders of `ahead` permits were ahead of it; it watches the nearest of them, of
+/// `watched` permits, and has seen those of `gone` permits deleted since (a watch that found its
+/// node gone already counts too). Nobody can join ahead of it (sequence numbers only grow), so at
+/// most ahead - gone permits are ahead now: the only grant a deletion may cause is one this bound
+/// proves.
 struct tally {
   std::size_t ahead = 0;    ///< counted contenders ahead at the listing
   std::size_t limit = 1;    ///< held while fewer than this are ahead

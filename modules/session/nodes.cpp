@@ -129,7 +129,13 @@ lease_usage read_lease_usage(session& sess, const std::string& path) {
   if (!rc) throw_error(errc::operation_timeout, reading.text());
   if (*rc == ZNONODE) return {};
   if (*rc != ZOK) fail(*rc, reading);
-  return {*max, sorted_contenders(kids.names, lease_kinds).size()};
+  const auto queue = sorted_contenders(kids.names, lease_kinds);
+  std::size_t held = 0;  // the holders: the leases at the head that fit (zklock.detail:rules, semaphore_rule)
+  for (const contender& c : queue) {
+    if (held + c.weight > *max) break;
+    held += c.weight;
+  }
+  return {*max, held};
 }
 
 std::optional<node_info> read_node(session& sess, const std::string& path) {

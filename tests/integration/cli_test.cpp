@@ -377,6 +377,33 @@ TEST(CliExec, PermitsLetNHoldersInAtOnce) {
   EXPECT_TRUE(zkt::children(path).empty());
 }
 
+// --take K: one lease of K permits, all at once; a later smaller one does not pass a waiting one.
+TEST(CliExec, TakeHoldsManyPermitsAsOneLease) {
+  const auto path = zkt::unique_path("cli-take");
+  holder a{path, {"--permits", "4", "--take", "3"}};
+  a.held();
+  zklock_run two{{"exec", "--connect", zkt::connect(), "--permits", "4", "--take", "2", "--timeout", "0", path, "--",
+                  "true"}};
+  EXPECT_EQ(run(two), 124) << "2 permits do not fit beside 3: " << two.err();
+  EXPECT_NE(two.err().find("3 of 4 leases used"), std::string::npos) << two.err();
+  zklock_run one{{"exec", "--connect", zkt::connect(), "--permits", "4", "--take", "1", "--timeout", "0", path, "--",
+                  "echo", "in"}};
+  EXPECT_EQ(run(one), 0) << one.err();
+  EXPECT_EQ(one.out(), "in\n");
+  zklock_run ls{{"ls", "--connect", zkt::connect(), "--json", path}};
+  ASSERT_EQ(run(ls), 0) << ls.err();
+  const std::string json = ls.out();
+  EXPECT_NE(json.find("\"kind\":\"lease\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"permits\":3}"), std::string::npos) << json;
+  zklock_run table{{"ls", "--connect", zkt::connect(), path}};
+  ASSERT_EQ(run(table), 0) << table.err();
+  const std::string text = table.out();
+  EXPECT_NE(text.find("lease x3"), std::string::npos) << text;
+  EXPECT_NE(text.find("3 of 4 leases used"), std::string::npos) << text;
+  EXPECT_EQ(a.release(), 0);
+  EXPECT_TRUE(zkt::children(path).empty());
+}
+
 TEST(CliExec, ForwardsSignalsToCommand) {
   const auto path = zkt::unique_path("cli-signal");
   {  // CMD traps SIGTERM and exits with its own code.
@@ -1064,6 +1091,10 @@ TEST(CliErrors, BadInputExits125WithAMessage) {
       {{"exec", "--connect", c, "--grace", "soon", path, "--", "true"}, "bad --grace"},
       {{"exec", "--connect", c, "--permits", "0", path, "--", "true"}, "bad --permits"},
       {{"exec", "--connect", c, "--permits", "two", path, "--", "true"}, "bad --permits"},
+      {{"exec", "--connect", c, "--permits", "2", "--take", "0", path, "--", "true"}, "bad --take \"0\""},
+      {{"exec", "--connect", c, "--permits", "2", "--take", "3", path, "--", "true"},
+       "--take 3 is more than the semaphore's --permits 2"},
+      {{"exec", "--connect", c, "--take", "2", path, "--", "true"}, "--take K needs --permits N"},
       {{"exec", "--connect", c, "--shared", "--permits", "2", path, "--", "true"}, "exclude each other"},
       {{"exec", "--connect", c, "--write", "--mutex", path, "--", "true"}, "exclude each other"},
       {{"exec", "--connect", c, "--mutex", "--permits", "2", path, "--", "true"}, "exclude each other"},

@@ -271,7 +271,7 @@ TEST(CliVisibility, ASemaphoreShowsItsLeasesUsed) {
   EXPECT_EQ(out.back(), "1 of 2 leases used");
   zklock_run js{{"ls", "--json", "--connect", zkt::connect(), path}};
   ASSERT_EQ(run(js), 0) << js.err();
-  EXPECT_NE(js.out().find(",\"leases\":2}\n"), std::string::npos) << js.out();
+  EXPECT_NE(js.out().find(",\"leases\":2,\"permits\":1}\n"), std::string::npos) << js.out();
 
   holder second{path, {"--permits", "2"}};
   second.held();

@@ -172,6 +172,43 @@ TYPED_TEST(Semaphore, OneObjectSeveralLeases) {
 }
 
 // The lease count is stored on the semaphore node; opening it with another count is refused.
+// N = 4, six threads with their own sessions taking 1, 2 or 3 permits at once: never more than 4
+// permits held, and every acquire is granted (a lease of 3 is not starved by the smaller ones
+// behind it, and two leases of 3 never deadlock on partial holds: none exist).
+TYPED_TEST(Semaphore, ManyPermitsAtOnceNeverExceedNAndNoneStarves) {
+  const auto path = zkt::unique_path("sem-permits");
+  constexpr int n = 4, threads = 6, rounds = 4;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int i = 0; i < threads; ++i) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  std::atomic<int> current{0}, max_seen{0}, granted{0};
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        typename TypeParam::semaphore sem{*sessions[static_cast<std::size_t>(t)], path, n};
+        const int k = 1 + t % 3;
+        for (int i = 0; i < rounds; ++i) {
+          if (!sem.try_acquire_for(k, 60s)) {
+            ADD_FAILURE() << "a lease of " << k << " permits waited 60 s";
+            return;
+          }
+          EXPECT_EQ(sem.held_permits(), k);
+          const int now = current += k;
+          int seen = max_seen.load();
+          while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {}
+          ++granted;
+          std::this_thread::sleep_for(2ms);  // the work under the lease
+          current -= k;
+          sem.release();
+        }
+      });
+    }
+  }
+  EXPECT_EQ(granted.load(), threads * rounds);
+  EXPECT_LE(max_seen.load(), n);
+  EXPECT_TRUE(await_children(path, 0));
+}
+
 TEST(SemaphoreNode, StoresLeaseCountAndRefusesAnother) {
   const auto path = zkt::unique_path("sem-count");
   zklock::session s1{zkt::options()}, s2{zkt::options()};
@@ -358,6 +395,104 @@ TEST(Leases, ALeaseFromTheBlockingCallsIsTheCallers) {
   kept.unlock();
   EXPECT_FALSE(kept);
   EXPECT_TRUE(zkt::await_children(path, 0));
+}
+
+// ---- acquire(n): many permits at once --------------------------------------------------------
+
+// All n permits at once, in queue order: a lease of 3 that does not fit waits, and a later lease of
+// 1 that would fit does not pass it; the 3 are granted together when enough are returned.
+TEST(Permits, AllAtOnceInQueueOrderAndNeverPassedBySmallerOnes) {
+  const auto path = zkt::unique_path("permits-order");
+  zklock::session s1{zkt::options()}, s2{zkt::options()}, s3{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 4}, b{s2, path, 4}, c{s3, path, 4};
+  a.acquire(2);
+  EXPECT_EQ(a.held_leases(), 1);
+  EXPECT_EQ(a.held_permits(), 2);
+  EXPECT_EQ(c.used(), 2);
+  EXPECT_EQ(c.available(), 2);
+  EXPECT_FALSE(b.try_acquire(3)) << "3 permits do not fit beside 2";
+  EXPECT_EQ(zkt::children(path).size(), 1u) << "an acquire not granted leaves nothing behind";
+  auto three = std::async(std::launch::async, [&] { return b.acquire_lease(3); });
+  ASSERT_TRUE(await_children(path, 2));
+  EXPECT_FALSE(c.try_acquire(1)) << "a later lease of 1 passed the waiting lease of 3";
+  EXPECT_FALSE(c.try_acquire_for(1, 20ms));
+  EXPECT_EQ(zkt::children(path).size(), 2u);
+  const auto listed = zklock::contenders(s3, path);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].permits, 2u);
+  EXPECT_EQ(listed[1].permits, 3u);
+  EXPECT_EQ(listed[1].state, zklock::contender_state::waiter);
+  a.release();  // both of its permits
+  zklock::lock_hold l = three.get();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l.permits(), 3);
+  EXPECT_EQ(c.used(), 3);
+  EXPECT_EQ(c.available(), 1);
+  EXPECT_TRUE(c.try_acquire(1)) << "1 permit is free and no one waits";
+  EXPECT_EQ(c.used(), 4);
+  EXPECT_FALSE(a.try_acquire(1));
+  l.unlock();
+  EXPECT_EQ(c.used(), 1);
+  c.release();
+  EXPECT_TRUE(await_children(path, 0));
+}
+
+// n outside 1..N is the caller's mistake: std::invalid_argument at the call, nothing sent.
+TEST(Permits, NoneOrMoreThanNIsRefusedAtTheCall) {
+  const auto path = zkt::unique_path("permits-bad");
+  zklock::session s{zkt::options()};
+  zklock::counting_semaphore sem{s, path, 3};
+  EXPECT_THROW(sem.acquire(4), std::invalid_argument);
+  EXPECT_THROW(sem.acquire(0), std::invalid_argument);
+  EXPECT_THROW((void)sem.try_acquire(-1), std::invalid_argument);
+  EXPECT_THROW((void)sem.try_acquire_for(4, 10ms), std::invalid_argument);
+  EXPECT_THROW((void)sem.acquire_lease(4), std::invalid_argument);
+  EXPECT_THROW(sem.async_acquire(4, {}, [](std::error_code, zklock::lock_hold) { ADD_FAILURE() << "ran"; }),
+               std::invalid_argument);
+  try {
+    sem.acquire(4);
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("4 permits asked of " + path + ", a semaphore of N = 3 leases: ask for 1 to 3"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_TRUE(sem.try_acquire(3)) << "all N at once";
+  EXPECT_EQ(sem.available(), 0);
+  sem.release();
+  EXPECT_TRUE(await_children(path, 0));
+}
+
+// The timed, wait_context and asynchronous forms: a lease of n that does not fit in time, or is
+// stopped, leaves nothing behind; the asynchronous one is granted whole.
+TEST(Permits, TimedStoppedAndAsynchronousFormsTakeAllOrNothing) {
+  const auto path = zkt::unique_path("permits-forms");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore holder{s1, path, 3}, sem{s2, path, 3};
+  holder.acquire(2);
+  EXPECT_FALSE(sem.try_acquire_for(2, 30ms));
+  EXPECT_FALSE(sem.try_acquire_until(2, std::chrono::steady_clock::now() + 30ms));
+  EXPECT_FALSE(sem.try_acquire_lease_for(2, 30ms));
+  EXPECT_EQ(zkt::children(path).size(), 1u);
+  {
+    std::stop_source stop;
+    auto stopped = std::async(std::launch::async, [&] { return sem.try_acquire(2, {.stop = stop.get_token()}); });
+    ASSERT_TRUE(await_children(path, 2));
+    stop.request_stop();
+    EXPECT_FALSE(stopped.get());
+    EXPECT_TRUE(await_children(path, 1));
+  }
+  std::promise<std::pair<std::error_code, zklock::lock_hold>> done;
+  sem.async_acquire(2, {}, [&](std::error_code ec, zklock::lock_hold h) { done.set_value({ec, std::move(h)}); });
+  ASSERT_TRUE(await_children(path, 2));
+  EXPECT_FALSE(sem.try_acquire(1)) << "a lease of 1 passed the waiting lease of 2";
+  holder.release();
+  auto [ec, h] = done.get_future().get();
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(h.permits(), 2);
+  EXPECT_EQ(holder.used(), 2);
+  h.unlock();
+  EXPECT_TRUE(await_children(path, 0));
 }
 
 }  // namespace

@@ -131,3 +131,27 @@ TEST(WaiterList, RemoveDropsOneAndTheGoneTakeEmptiesTheList) {
   list.add(b);
   EXPECT_TRUE(list.remove(b.get()));
 }
+
+TEST(ContenderNames, ALeaseOfManyPermitsCarriesItsWeightInItsName) {
+  const auto p3 = contender_prefix(contender_kind::lease, 3);
+  EXPECT_TRUE(p3.ends_with("-p3-lease-")) << p3;
+  const auto c = parse_contender(p3 + "0000000042");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->kind, contender_kind::lease);
+  EXPECT_EQ(c->seq, 42);
+  EXPECT_EQ(c->weight, 3u);
+  EXPECT_EQ(weight_of("/jobs/pool/" + p3 + "0000000042"), 3u);
+  // One permit keeps the plain name (what every earlier zklock wrote).
+  EXPECT_EQ(contender_prefix(contender_kind::lease, 1).find("-p1-"), std::string::npos);
+  EXPECT_EQ(parse_contender(contender_prefix(contender_kind::lease, 1) + "0000000001")->weight, 1u);
+  EXPECT_EQ(parse_contender(contender_prefix(contender_kind::lease) + "0000000001")->weight, 1u);
+  EXPECT_EQ(parse_contender(contender_prefix(contender_kind::lease, 1'000'000) + "0000000001")->weight, 1'000'000u);
+  // Only a lease weighs more than 1, and only a well-formed "p<n>" does.
+  EXPECT_EQ(contender_prefix(contender_kind::lock, 3).find("-p3-"), std::string::npos);
+  for (const char* name : {"_c_x-p3-lock-0000000001", "_c_x-p0-lease-0000000001", "_c_x-p03-lease-0000000001",
+                           "_c_x-p1-lease-0000000001", "_c_x-p3x-lease-0000000001", "_c_x-p-lease-0000000001",
+                           "_c_x-p1000001-lease-0000000001", "p3-lease-0000000001", "lease-0000000001",
+                           "_c_0f8e7b9a-1111-4222-8333-444455556666-lease-0000000001"})
+    EXPECT_EQ(parse_contender(name)->weight, 1u) << name;
+  EXPECT_EQ(weight_of("/a/b"), 1u);  // not a contender
+}

@@ -13,7 +13,7 @@ import zklock.detail;
 using namespace zklock::detail;
 
 namespace {
-std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read, 'W' write, 'S' lease
+std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read, 'W' write, 'S' lease; '2'..'9' a lease of that many permits
   static std::deque<std::string> names;  // what the contenders' names view (never moves)
   std::vector<contender> q;
   int seq = 0;
@@ -22,7 +22,8 @@ std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read,
     c.name = names.emplace_back(std::string(1, k) + std::to_string(seq));
     c.seq = seq++;
     c.kind = k == 'R' ? contender_kind::read : k == 'W' ? contender_kind::write
-           : k == 'S' ? contender_kind::lease : contender_kind::lock;
+           : k == 'S' || (k >= '2' && k <= '9') ? contender_kind::lease : contender_kind::lock;
+    if (k >= '2' && k <= '9') c.weight = static_cast<std::uint32_t>(k - '0');
     q.push_back(c);
   }
   return q;
@@ -76,6 +77,69 @@ TEST(ModeRules, OutOfOrderReleaseStillGrantsTheFirstWaiter) {
   q.erase(q.begin() + 1);
   EXPECT_TRUE(stand(r, q, 1).held());   // former S2
   EXPECT_FALSE(stand(r, q, 2).held());  // former S3: S0 and S2 ahead
+}
+
+// ---- leases of many permits (acquire(n)) ----------------------------------------------------------
+
+/// Returns: which of q's leases hold under N leases ('H' or '.' per contender).
+std::string lease_holders(const std::vector<contender>& q, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < q.size(); ++i) out += stand(semaphore_rule{n}, q, i).held() ? 'H' : '.';
+  return out;
+}
+
+TEST(ModeRules, ALeaseOfManyPermitsHoldsWhenAllOfThemFitBesideThoseAhead) {
+  EXPECT_EQ(lease_holders(queue("2S"), 3), "HH");
+  EXPECT_EQ(lease_holders(queue("23S"), 4), "H..");  // 3 do not fit beside 2; the 1 behind waits its turn
+  EXPECT_EQ(lease_holders(queue("S3S"), 4), "HH.");
+  EXPECT_EQ(lease_holders(queue("4SS"), 4), "H..");
+  EXPECT_EQ(stand(semaphore_rule{4}, queue("23"), 1).limit, 2u);  // 4 - 3 + 1: held with fewer than 2 ahead
+  EXPECT_EQ(stand(semaphore_rule{4}, queue("23"), 1).weight, 2u);
+  EXPECT_EQ(lease_holders(queue("5"), 4), ".");  // more than N: never (acquire(n) refuses it first)
+}
+
+TEST(ModeRules, LeaseHoldersAreAlwaysAPrefixThatFitsAndNoWaiterIsPassed) {
+  // Every queue of up to 7 leases of 1..4 permits, N = 4: the holders are the head of the queue,
+  // their permits never exceed N, and the first waiter's permits do not fit beside them (it is
+  // never passed by a later, smaller one, and it is granted as soon as enough of those ahead go).
+  const std::string weights = "S234";
+  for (std::size_t len = 1; len <= 7; ++len) {
+    std::size_t combos = 1;
+    for (std::size_t i = 0; i < len; ++i) combos *= weights.size();
+    for (std::size_t code = 0; code < combos; ++code) {
+      std::string kinds;
+      for (std::size_t c = code, i = 0; i < len; ++i, c /= weights.size()) kinds += weights[c % weights.size()];
+      const auto q = queue(kinds);
+      const auto held = lease_holders(q, 4);
+      const auto prefix = held.find('.');
+      ASSERT_EQ(held.find('H', prefix == std::string::npos ? held.size() : prefix), std::string::npos) << kinds;
+      std::size_t permits = 0;
+      for (std::size_t i = 0; i < held.size() && held[i] == 'H'; ++i) permits += q[i].weight;
+      EXPECT_LE(permits, 4u) << kinds;
+      if (prefix != std::string::npos) EXPECT_GT(permits + q[prefix].weight, 4u) << kinds;
+    }
+  }
+}
+
+TEST(ModeRules, AWaiterForManyPermitsWatchesEnoughOfThoseAheadToSeeItsTurnComing) {
+  // N = 4, a lease of 3 behind [S 2 S S]: held with fewer than 2 permits ahead. The nearest
+  // contenders whose permits reach a budget of 2 are the last two (1 + 1), of 4 (2 + 1 + 1 = 4: all).
+  const auto q = queue("S2SS3");
+  const auto st = stand(semaphore_rule{4}, q, 4);
+  EXPECT_EQ(st.weight, 5u);
+  EXPECT_EQ(st.limit, 2u);
+  EXPECT_EQ(nearest_reaching(st, q, 2), 2u);
+  EXPECT_EQ(nearest_reaching(st, q, 4), 3u);
+  EXPECT_EQ(nearest_reaching(st, q, 100), 4u);
+  // With the watched ones' permits at least the limit, the unwatched ones' going can never prove a
+  // grant alone: 5 ahead, watching 2 (of 2 permits): 3 unwatched gone still leaves 2, not < 2.
+  tally t{st.weight, st.limit, 2, 0};
+  t.gone = 1;  // one watched lease of 1 permit went
+  EXPECT_FALSE(t.proves_held());
+  EXPECT_TRUE(t.must_relist());  // others may have gone unseen: list again
+  // Unit weights: the budget is a number of contenders, as before.
+  const auto ones = queue("SSSSS");
+  EXPECT_EQ(nearest_reaching(stand(semaphore_rule{2}, ones, 4), ones, 4), 4u);
 }
 
 // ---- one path, one meaning: mutex, read and write contenders in one queue ------------------------
