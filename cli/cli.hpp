@@ -106,6 +106,7 @@ struct options {
   std::ptrdiff_t permits = 0;
   std::ptrdiff_t take = 1;  // --take K: the permits of the one lease taken (1..permits)
   bool take_given = false;
+  std::optional<std::ptrdiff_t> new_max;  // permits PATH N: the lease count to store
   std::optional<ms> timeout;  // none: forever
   std::string timeout_by;     // the option that set it (--timeout, --wait or --nonblock)
   int conflict_code = exit_code::timeout;  // -E: not acquired (taken, timed out), wait: not free
@@ -239,6 +240,8 @@ int run_wait(const options& o);
 int run_revoke(const options& o);
 /// `zklock rm PATH`: removes an idle lock or semaphore path (rm.cpp).
 int run_rm(const options& o);
+/// Effects: `zklock permits PATH [N]` (permits.cpp). Returns: its exit code.
+int run_permits(const options& o);
 
 /// A hold of PATH as exec and lock take it (acquire_lock).
 struct held_lock {

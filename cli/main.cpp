@@ -26,6 +26,7 @@ constexpr const char* usage_text = R"(Usage:
   zklock wait [OPTIONS] PATH
   zklock revoke [OPTIONS] PATH
   zklock rm   [OPTIONS] PATH
+  zklock permits [OPTIONS] PATH [N]
   zklock --help | --version
 )";
 
@@ -38,8 +39,8 @@ PATH that is not an option.
 Exit status:
   exec: CMD's exit status, or 128+N if CMD was killed by signal N; otherwise:
   0    lock: released after a signal or the end of stdin; wait: PATH is free; ls: listed;
-       rm: removed
-  66   ls, rm: PATH does not exist (nothing holds or waits for it)
+       rm: removed; permits: printed or changed
+  66   ls, rm, permits: PATH does not exist (nothing holds or waits for it)
   69   cannot reach ZooKeeper (a host that does not resolve, no server answers): no session at
        the start, or no new one before --timeout after the session ended while waiting (given a
        new one, exec and lock queue again and wait on)
@@ -96,6 +97,12 @@ constexpr const char* ls_text =
     "semaphore's listing says how many of its leases are used. With -r, every lock and semaphore at or below PATH, "
     "each with its holders and waiters. A PATH that does not exist exits 66. A holder asked to let go (zklock "
     "revoke, Curator's Revoker) shows revoke-requested as its host.";
+constexpr const char* permits_text =
+    "Print the lease count N of the semaphore PATH, with the permits used and free; with N, store N for every "
+    "process at once (a versioned write) and print the change. Waiters see a new N at once: a larger one grants "
+    "those that now fit; under a smaller one the holders keep their leases until they release them. A PATH that "
+    "is no semaphore is refused (exit 125); one that does not exist exits 66 (with N: it is made, storing N).";
+
 constexpr const char* rm_text =
     "Remove PATH, a lock or semaphore nobody holds or waits for (with the hold records left beside it), and "
     "print what it was. A busy one is refused, naming its holders and how many wait (exit 124, as a lock taken "
@@ -186,6 +193,7 @@ struct command_line {
   CLI::App* wait = nullptr;
   CLI::App* revoke = nullptr;
   CLI::App* rm = nullptr;
+  CLI::App* permits = nullptr;
   options o;
   int verbosity = 0;
 
@@ -315,6 +323,9 @@ struct command_line {
     rm = command("rm", rm_text);
     add_common(rm);
 
+    permits = command("permits", permits_text);
+    add_common(permits);
+
     wait = command("wait", wait_text);
     value(wait, "--timeout", "D", "wait at most D (0: check once; default: wait forever)",
           [this](const std::string& v) { set_timeout("--timeout", parse_duration("--timeout", v, true)); });
@@ -373,7 +384,7 @@ struct command_line {
   [[noreturn]] void unexpected(const CLI::App* sub, const std::string& word) const {
     if (!word.starts_with("-") || word == "-") usage_error("unexpected argument \"" + word + "\"");
     const std::string name = word.substr(0, word.find('='));
-    for (const CLI::App* other : {exec, lock, ls, wait, revoke, rm})
+    for (const CLI::App* other : {exec, lock, ls, wait, revoke, rm, permits})
       if (other != sub && other->get_option_no_throw(name))
         usage_error("option " + name + " does not apply to " + sub->get_name());
     usage_error("unknown option \"" + name + "\"");
@@ -384,7 +395,7 @@ struct command_line {
   CLI::App* check() {
     const auto subs = app.get_subcommands();
     const std::vector<std::string> top = app.remaining();  // after a command's '--' (exec: CMD)
-    if (subs.empty()) usage_error("no command given: exec, lock, ls, wait, revoke or rm");
+    if (subs.empty()) usage_error("no command given: exec, lock, ls, wait, revoke, rm or permits");
     CLI::App* sub = subs.front();
     std::vector<std::string> extra = sub->remaining();
     if (sub == exec) {
@@ -402,6 +413,10 @@ struct command_line {
       }
     } else {
       extra.insert(extra.end(), top.begin(), top.end());
+      if (sub == permits && !extra.empty() && !extra.front().starts_with("-")) {  // the new N
+        o.new_max = parse_permits(extra.front(), "N");
+        extra.erase(extra.begin());
+      }
       if (!extra.empty()) unexpected(sub, extra.front());
     }
     if (o.path.empty()) usage_error(sub->get_name() + " needs a lock PATH");
@@ -443,10 +458,10 @@ std::string option_of(const CLI::ArgumentMismatch& e) {
   return what.starts_with("-") ? what : "--" + what;
 }
 
-constexpr const char* commands = "exec, lock, ls, wait, revoke or rm";
+constexpr const char* commands = "exec, lock, ls, wait, revoke, rm or permits";
 
 bool is_command(std::string_view w) {
-  return w == "exec" || w == "lock" || w == "ls" || w == "wait" || w == "revoke" || w == "rm";
+  return w == "exec" || w == "lock" || w == "ls" || w == "wait" || w == "revoke" || w == "rm" || w == "permits";
 }
 
 /// Returns: the command line with the common options given before the command moved after it:
@@ -462,7 +477,7 @@ std::vector<std::string> command_first(const command_line& cl, int argc, char** 
     return opt && opt->get_group() == common_group ? opt : nullptr;
   };
   auto refuse = [&](const std::string& name) {
-    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait, cl.revoke, cl.rm})
+    for (const CLI::App* sub : {cl.exec, cl.lock, cl.ls, cl.wait, cl.revoke, cl.rm, cl.permits})
       if (sub->get_option_no_throw(name)) {
         std::string names;
         for (const CLI::Option* opt : any->get_options([](const CLI::Option* o) { return o->get_group() == common_group; }))
@@ -548,6 +563,7 @@ int run(int argc, char** argv) {
   if (sub == cl.ls) return run_ls(cl.o);
   if (sub == cl.revoke) return run_revoke(cl.o);
   if (sub == cl.rm) return run_rm(cl.o);
+  if (sub == cl.permits) return run_permits(cl.o);
   return run_wait(cl.o);
 }
 

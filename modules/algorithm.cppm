@@ -52,6 +52,7 @@ module;
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -196,7 +197,9 @@ class attempt {
   /// left the queue since), arms the missing ones (all sent at once, their replies not waited for:
   /// a node found gone counts as deleted, see arm_watches), our own node's first.
   /// Throws: as arm_watches.
-  void watch_ahead(const std::vector<std::string>& paths) {
+  /// `version` >= 0: the last of `paths` is a semaphore's node, watched for a change of its lease
+  /// count read at that data version (watch_slot::expect_version).
+  void watch_ahead(const std::vector<std::string>& paths, std::int32_t version = -1) {
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
       drop(w, false);
@@ -211,8 +214,10 @@ class attempt {
     }
     std::vector<std::shared_ptr<watch_slot>> fresh;
     for (const auto& p : paths)
-      if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; }))
+      if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; })) {
         fresh.push_back(std::make_shared<watch_slot>(p, relay_));
+        if (version >= 0 && &p == &paths.back()) fresh.back()->expect_version = version;
+      }
     if (fresh.empty()) return;
     sent(fresh.size());
     ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
@@ -229,7 +234,7 @@ class attempt {
     std::shared_ptr<watch_slot> failed;
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (!w->fired()) return false;
-      if (w->deleted()) {
+      if (w->deleted() && w->expect_version < 0) {  // (a semaphore's node is no contender)
         deleted += weight_of(w->path);  // (in permits, as the tally counts)
       } else {
         other = true;
@@ -333,17 +338,26 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
   std::optional<attempt<Wakeup>> attempted;
   std::optional<name_list> listing;
+  // A semaphore's lease count N follows its node (set_max): the rule's N is the one read last at
+  // the data version `lease_version`; a listing that shows another version reads it again, and a
+  // waiter watches the node for a change (so a larger N grants at once).
+  constexpr bool leases = (Rule::kinds & lease_kinds) != 0;
+  Rule r = rule;
+  std::int32_t lease_version = -1, listed_version = -1;
+  if constexpr (leases)
+    if (r.live) std::tie(r.leases, lease_version) = r.live->load();
   {
     // the create and the listing, sent back to back (more requests on a first use or a lost reply)
     std::string lock_data;  // a semaphore's node is made again with its lease count if it was removed
-    if constexpr ((Rule::kinds & lease_kinds) != 0) lock_data = lease_count_text(rule.limit());
+    if constexpr (leases) lock_data = lease_count_text(r.limit());
     std::uint32_t permits = 1;  // a lease of many permits says so in its name
-    if constexpr ((Rule::kinds & lease_kinds) != 0) permits = rule.permits;
+    if constexpr (leases) permits = r.permits;
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own, permits), contender_data(), deadline,
                                   count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0, lock_data);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);
+    listed_version = queued->lock_data_version;
     // One path, one meaning (zklock.detail:rules): a lock node whose data may be a lease count is
     // read once (one more round trip, never for a lock node zklock or Curator created: those
     // store nothing) and refused if it is a semaphore's; our node goes with the attempt.
@@ -358,13 +372,27 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   auto list = [&](const std::shared_ptr<wake_target>& watcher) {
     at.sent();
     const auto sent = clock::now();
-    listing = list_children(s, lock_path, watcher, deadline);
+    listing = list_children(s, lock_path, watcher, deadline, nullptr, leases ? &listed_version : nullptr);
     if (listing) round_trips(s).note(clock::now() - sent);
   };
   if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
 
   for (bool first = true;; first = false) {
     if (!listing) co_return std::nullopt;  // deadline
+    if constexpr (leases)
+      if (listed_version != lease_version) {  // N changed (or this acquire has not read it yet)
+        at.sent();
+        const auto now_stored = read_lease_count(s, lock_path, deadline);
+        if (!now_stored) co_return std::nullopt;
+        r.leases = now_stored->leases;
+        lease_version = listed_version = now_stored->version;
+        if (r.live) r.live->store(r.leases, lease_version);
+        if (r.permits > r.leases)
+          throw_error(errc::lease_count_mismatch,
+                      "zklock: " + lock_path + " is a semaphore with N = " + std::to_string(r.leases) +
+                          " leases now (changed while this acquire was on its way): " + std::to_string(r.permits) +
+                          " permits never fit; ask for 1 to " + std::to_string(r.leases));
+      }
     // Where do we stand? The rule reads the sorted queue; only what the wait needs outlives it.
     std::size_t window, ahead, limit;
     std::vector<std::string> targets;
@@ -376,7 +404,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       if (mine == queue.end()) at.vanished();
       const auto me = static_cast<std::size_t>(mine - queue.begin());
       if (count && first) count->position = me;
-      const standing st = stand(rule, std::span<const contender>{queue}, me);
+      const standing st = stand(r, std::span<const contender>{queue}, me);
       if (st.held()) co_return at.granted(!first);
       if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
       // Not yet: wait as the watch strategy says, then look again (or take the grant).
@@ -393,16 +421,23 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       listing.reset();  // (what the wait needs is in targets)
     }
     if (window == 0) {  // the lock node's children: any join or leave may be our turn
+      if constexpr (leases) {  // and a semaphore's lease count changing
+        bool changed = false;
+        (void)at.take_fired(changed);
+        at.watch_ahead({lock_path}, lease_version);
+      }
       if (at.children_armed()) {  // else it fired already (or none was armed): look again now
         at.prepare_wait();
         if (at.children_armed() && !co_await at.wait(deadline)) co_return std::nullopt;
       }
       at.note_children_fired();
-      list(at.arm_children(lock_path));
+      list(at.children_armed() ? nullptr : at.arm_children(lock_path));  // (armed still: N changed)
       continue;
     }
-    // The fast path: watch the nearest counted contenders ahead, wait for their deletions.
-    at.watch_ahead(targets);
+    // The fast path: watch the nearest counted contenders ahead, wait for their deletions (and a
+    // semaphore's node, for a change of N).
+    if constexpr (leases) targets.push_back(lock_path);
+    at.watch_ahead(targets, leases ? lease_version : -1);
     targets = {};
     tally seen{ahead, limit, window, 0};
     bool other = false;

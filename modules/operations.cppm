@@ -55,6 +55,7 @@ struct queued_node {
   held_node node;                                   ///< our new contender node
   std::optional<name_list> listing;                 ///< nullopt: list again
   std::int32_t lock_data_length = 0;                ///< the lock node's data length, with the listing
+  std::int32_t lock_data_version = 0;               ///< the lock node's data version, with the listing
 };
 
 /// What an acquire that must send its create in turn (the asynchronous acquires of one lock path,
@@ -93,11 +94,31 @@ std::optional<queued_node> create_and_list(session& s, const std::string& lock_p
 
 /// Returns: the children of `path` (none if it is missing: then `*missing`, if given, is set and no
 /// watch is armed), arming a children watch that wakes `watcher`, if given; nullopt if `deadline`
-/// passed.
+/// passed. `*data_version`, if given, receives the node's data version (with the same reply).
 /// Throws: std::system_error: session_expired, session_closed, or the server's refusal, naming `path`.
 std::optional<name_list> list_children(session& s, const std::string& path,
                                        const std::shared_ptr<wake_target>& watcher, clock::time_point deadline,
-                                       bool* missing = nullptr);
+                                       bool* missing = nullptr, std::int32_t* data_version = nullptr);
+
+/// A semaphore node's lease count N and the data version it was read at.
+struct lease_count {
+  std::size_t leases = 0;    ///< N
+  std::int32_t version = -1;  ///< the node's data version
+};
+
+/// Returns: the lease count the semaphore node `path` stores now, with its version (one request;
+/// waits through a disconnection until `deadline`); nullopt if `deadline` passed first.
+/// Throws: std::system_error: errc::path_kind_mismatch if it stores no lease count (or is gone:
+/// a semaphore's node stands while a contender of ours is under it); session or server failures.
+std::optional<lease_count> read_lease_count(session& s, const std::string& path, clock::time_point deadline);
+
+/// Effects: stores `leases` as the lease count of the semaphore node `path` with a versioned write
+/// (read, then set at that version, again if another change came between: concurrent changes each
+/// apply whole), making the node with it if it is missing. Returns: the count it stored before (0 if
+/// it was missing). Throws: std::system_error: errc::path_kind_mismatch if the node is not a
+/// semaphore's; operation_timeout after connect_timeout without a connection; session or server
+/// failures (no_auth without WRITE on the node).
+std::size_t store_lease_count(session& s, const std::string& path, std::size_t leases);
 
 /// What a node watch found.
 enum class node_seen {
@@ -165,6 +186,10 @@ class watch_slot final : public wake_target {
   int failure() const noexcept { return failure_.load(std::memory_order_relaxed); }
   /// The watched path.
   const std::string path;
+  /// For the data watch of a semaphore's node (zklock.detail:rules, semaphore_rule::version): the
+  /// data version its waiter's lease count was read at, set before it is armed; if the node's
+  /// version is another by then, the watch's reply fires the slot as a change. -1: a contender's.
+  std::int32_t expect_version = -1;
 
  private:
   std::shared_ptr<wake_relay> relay_;
@@ -368,10 +393,11 @@ void watch_own_node(session& s, const held_node& n, const std::shared_ptr<hold_g
 /// Returns: whether the session that created `n` is still the live one (not expired, not replaced).
 bool session_alive_for(const session& s, const held_node& n) noexcept;
 
-/// Effects: makes sure the semaphore node `path` exists and stores `leases`.
+/// Effects: makes sure the semaphore node `path` exists and stores `leases`. Returns: the data
+/// version it stores them at.
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
 /// errc::path_kind_mismatch if it stores no lease count (a lock's path, or another node).
-void ensure_semaphore_node(session& s, const std::string& path, int leases);
+std::int32_t ensure_semaphore_node(session& s, const std::string& path, int leases);
 
 /// A semaphore's stored lease count and the permits held under it, read together.
 struct lease_usage {

@@ -7,6 +7,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -58,8 +59,8 @@ class basic_counting_semaphore {
   /// (errc::lease_count_mismatch) if the node stores another count; session failures.
   basic_counting_semaphore(session& s, std::string path, std::ptrdiff_t leases, hooks_type hooks = {})
       : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)), hooks_(std::move(hooks)),
-        async_(s, path_, hooks_) {
-    detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_));
+        live_(std::make_shared<detail::lease_limit>(static_cast<std::size_t>(leases_), -1)), async_(s, path_, hooks_) {
+    live_->store(static_cast<std::size_t>(leases_), detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_)));
   }
   /// Effects: returns every lease still held (never throws).
   ~basic_counting_semaphore() {
@@ -185,8 +186,23 @@ class basic_counting_semaphore {
     for (const auto& l : held_) n += detail::weight_of(l.node.path);
     return n;
   }
-  /// Returns: the number of leases of the semaphore, as this object was opened with.
+  /// Returns: the number of leases of the semaphore, as this object was opened with (set_max may
+  /// have changed the node's since: max() reads it).
   std::ptrdiff_t leases() const noexcept { return leases_; }
+  /// Effects: stores `n` as the semaphore's lease count N, for every process at once (a versioned
+  /// write: of concurrent changes each applies whole, the last one stays). Waiters see it at once:
+  /// a larger N grants those that now fit; under a smaller N the holders keep their leases until
+  /// they release them, and no lease is granted until the permits held fit in the new N. An
+  /// acquire(k) waiting for more than the new N fails with errc::lease_count_mismatch. The node is
+  /// made with `n` if it was reaped. Objects opened before keep working with the new N; a new object
+  /// must be opened with it. Returns: the count stored before (0 if the node was missing).
+  /// Throws: std::invalid_argument if n is outside 1..1,000,000; std::system_error (no_auth without
+  /// WRITE on the node, path_kind_mismatch, operation_timeout after connect_timeout without a
+  /// connection; session failures).
+  std::ptrdiff_t set_max(std::ptrdiff_t n) {
+    checked_leases(n);
+    return static_cast<std::ptrdiff_t>(detail::store_lease_count(s_, path_, static_cast<std::size_t>(n)));
+  }
   /// Returns: the lease count N its node stores now (one request; this object's own count if the
   /// node is gone: removed while idle, its next acquire makes it again). A snapshot: it may have
   /// changed by the time it returns. Throws: std::system_error (errc::path_kind_mismatch if the
@@ -258,7 +274,7 @@ class basic_counting_semaphore {
   /// Throws: std::system_error if the session's runner threads cannot be started; std::bad_alloc.
   template <AcquireCallback Callback>
   void async_acquire(const wait_context& wc, Callback cb, executor ex = {}) {
-    async_.start(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex), std::move(cb),
+    async_.start(rule_for(1, "async_acquire"), bounds_.apply(wc), std::move(ex), std::move(cb),
                  bounds_.revoke_policy());
   }
   /// Effects: as async_acquire(wait_context{}, cb): no deadline but the timeout policy's.
@@ -276,7 +292,7 @@ class basic_counting_semaphore {
   /// lives): `lock_hold h = co_await x.async_acquire(wc);` resumes the coroutine on `ex` (default: the
   /// session's completion thread). Its co_await throws std::system_error with the codes above.
   [[nodiscard]] hold_awaitable async_acquire(const wait_context& wc = {}, executor ex = {}) {
-    return async_.awaitable(detail::semaphore_rule{static_cast<std::size_t>(leases_)}, bounds_.apply(wc), std::move(ex),
+    return async_.awaitable(rule_for(1, "async_acquire"), bounds_.apply(wc), std::move(ex),
                             bounds_.revoke_policy());
   }
   /// Returns: an awaitable of async_acquire(n, wc, ...), as above. Throws: std::invalid_argument if n
@@ -293,13 +309,21 @@ class basic_counting_semaphore {
     return n;
   }
   /// Returns: the rule of a lease of `n` permits. Throws: std::invalid_argument, naming `fn`, if n is
-  /// outside 1..leases_.
+  /// outside 1..N (N as last read: if n exceeds it, read again first: one request).
   detail::semaphore_rule rule_for(std::ptrdiff_t n, const char* fn) const {
-    if (n < 1 || n > leases_)
+    auto known = static_cast<std::ptrdiff_t>(live_->load().first);
+    if (n > known && n <= 1'000'000) {  // set_max may have raised it
+      const auto now = detail::read_lease_count(s_, path_, detail::clock::now() + s_.options().connect_timeout);
+      if (now) {
+        live_->store(now->leases, now->version);
+        known = static_cast<std::ptrdiff_t>(now->leases);
+      }
+    }
+    if (n < 1 || n > known)
       throw std::invalid_argument("zklock::basic_counting_semaphore::" + std::string{fn} + ": " + std::to_string(n) +
-                                  " permits asked of " + path_ + ", a semaphore of N = " + std::to_string(leases_) +
-                                  " leases: ask for 1 to " + std::to_string(leases_));
-    return {static_cast<std::size_t>(leases_), static_cast<std::uint32_t>(n)};
+                                  " permits asked of " + path_ + ", a semaphore of N = " + std::to_string(known) +
+                                  " leases: ask for 1 to " + std::to_string(known));
+    return {static_cast<std::size_t>(known), static_cast<std::uint32_t>(n), live_};
   }
   bool acquire_within(const wait_context& wc, std::ptrdiff_t n = 1) {
     auto l = detail::acquire_hold<P>(s_, path_, rule_for(n, "acquire"), bounds_.apply(wc), hooks_,
@@ -341,6 +365,7 @@ class basic_counting_semaphore {
   mutable std::mutex mu_;
   std::vector<detail::hold> held_;  // the leases, in grant order
   detail::hold_setting bounds_;
+  std::shared_ptr<detail::lease_limit> live_;  // N as its acquires read it last (set_max changes the node's)
   detail::async_side<P> async_;     // last: destroyed first
 };
 

@@ -9,9 +9,12 @@
 // rule of a lock reads all three: a mutex contender is a writer. A semaphore's queue holds leases. A
 // listing that shows the other family's nodes is a path used as both (errc::path_kind_mismatch).
 module;
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,6 +96,27 @@ struct read_rule {
   static constexpr std::size_t limit() noexcept { return 1; }
 };
 
+/// What a semaphore object knows of its node's lease count: N and the data version it was read at,
+/// updated by any of its acquires that reads a newer one. Lock-free, shared with its acquires.
+class lease_limit {
+ public:
+  /// Effects: knows `leases` at data version `version`.
+  lease_limit(std::size_t leases, std::int32_t version) noexcept { store(leases, version); }
+  /// Effects: knows `leases` (at most 2^32 - 1) at data version `version`.
+  void store(std::size_t leases, std::int32_t version) noexcept {
+    v_.store((static_cast<std::uint64_t>(static_cast<std::uint32_t>(version)) << 32) | (leases & 0xffffffffu),
+             std::memory_order_relaxed);
+  }
+  /// Returns: N and its data version, as stored last.
+  std::pair<std::size_t, std::int32_t> load() const noexcept {
+    const std::uint64_t v = v_.load(std::memory_order_relaxed);
+    return {static_cast<std::size_t>(v & 0xffffffffu), static_cast<std::int32_t>(static_cast<std::uint32_t>(v >> 32))};
+  }
+
+ private:
+  std::atomic<std::uint64_t> v_{0};
+};
+
 /// Semaphore with `leases` leases (permits): a lease of n permits is held iff the permits of the
 /// leases ahead of it and its own n fit in `leases`. Leases are granted in queue order, all of a
 /// lease's permits at once: the holders are always a prefix of the queue, so they never take more
@@ -109,6 +133,9 @@ struct semaphore_rule {
   std::size_t leases = 1;
   /// The permits this rule's contender takes (1..leases).
   std::uint32_t permits = 1;
+  /// What its semaphore object knows of N (the node's count may change: set_max), read and updated
+  /// by each acquire; none: N is `leases`, read again from the node at the first listing.
+  std::shared_ptr<lease_limit> live = nullptr;
   /// Returns: true: every lease ahead counts.
   static constexpr bool counts(const contender&) noexcept { return true; }
   /// Returns: the lease count.

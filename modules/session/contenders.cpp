@@ -320,6 +320,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     if (list_rc == ZOK) {
       q.listing = std::move(listed.names);
       q.lock_data_length = listed.stat.dataLength;
+      q.lock_data_version = listed.stat.version;
     }
     return q;
   }

@@ -66,7 +66,7 @@ bool check_not_semaphore(session& sess, const std::string& lock_path, clock::tim
 }
 
 bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::string_view want, std::uint64_t g,
-                              clock::time_point deadline, std::size_t* sent) {
+                              clock::time_point deadline, std::size_t* sent, std::int32_t* version) {
   const call_name opening{"zklock: opening semaphore ", path, "READ", path};
   const call_name creating{"zklock: creating semaphore ", path, "CREATE", parent_of(path)};
   for (;;) {
@@ -78,7 +78,10 @@ bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::str
     if (!rc) return false;
     if (*rc == ZOK) {
       const std::string have = node.value.substr(0, 64);
-      if (have == want) return true;
+      if (have == want) {
+        if (version) *version = node.stat.version;
+        return true;
+      }
       if (const auto n = leases_stored(have))
         throw_error(errc::lease_count_mismatch,
                     "zklock: " + path + " is a semaphore with N = " + std::to_string(*n) + " leases, opened here with N = " +
@@ -101,12 +104,60 @@ bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::str
   }
 }
 
-void ensure_semaphore_node(session& sess, const std::string& path, int leases) {
+std::int32_t ensure_semaphore_node(session& sess, const std::string& path, int leases) {
   session_impl& s = impl_of(sess);
   const auto g = s.states.live_generation(call_name{"zklock: opening semaphore ", path, "READ", path});
+  std::int32_t version = -1;
   if (!ensure_semaphore_node_in(s, path, lease_count_text(static_cast<std::size_t>(leases)), g,
-                                clock::now() + s.opts.connect_timeout))
+                                clock::now() + s.opts.connect_timeout, nullptr, &version))
     throw_error(errc::operation_timeout, "zklock: opening semaphore " + path + ": no connection within connect_timeout");
+  return version;
+}
+
+std::optional<lease_count> read_lease_count(session& sess, const std::string& path, clock::time_point deadline) {
+  session_impl& s = impl_of(sess);
+  const call_name reading{"zklock: reading semaphore ", path, "READ", path};
+  const auto g = s.states.live_generation(reading);
+  reply node;
+  auto rc = s.call(deadline, g, reading, &node, [&](zhandle_t* zh, const void* d) {
+    return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
+  });
+  if (!rc) return std::nullopt;
+  if (*rc != ZOK && *rc != ZNONODE) fail(*rc, reading);
+  const auto n = *rc == ZOK ? leases_stored(std::string_view{node.value}.substr(0, 64)) : std::nullopt;
+  if (!n) throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));
+  return lease_count{*n, node.stat.version};
+}
+
+std::size_t store_lease_count(session& sess, const std::string& path, std::size_t leases) {
+  session_impl& s = impl_of(sess);
+  const call_name reading{"zklock: reading semaphore ", path, "READ", path};
+  const call_name writing{"zklock: changing the lease count of semaphore ", path, "WRITE", path};
+  const auto g = s.states.live_generation(writing);
+  const auto deadline = clock::now() + s.opts.connect_timeout;
+  const std::string want = lease_count_text(leases);
+  for (;;) {
+    reply node;
+    auto rc = s.call(deadline, g, reading, &node, [&](zhandle_t* zh, const void* d) {
+      return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
+    });
+    if (!rc) throw_error(errc::operation_timeout, writing.text() + ": no connection within connect_timeout");
+    if (*rc == ZNONODE) {  // removed while idle (or never made): made with the new count
+      if (!ensure_semaphore_node_in(s, path, want, g, deadline, nullptr))
+        throw_error(errc::operation_timeout, writing.text() + ": no connection within connect_timeout");
+      return 0;
+    }
+    if (*rc != ZOK) fail(*rc, reading);
+    const auto before = leases_stored(std::string_view{node.value}.substr(0, 64));
+    if (!before) throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));
+    const std::int32_t version = node.stat.version;
+    rc = s.call(deadline, g, writing, nullptr, [&](zhandle_t* zh, const void* d) {
+      return zoo_aset(zh, path.c_str(), want.data(), static_cast<int>(want.size()), version, &reply_to::on_stat, d);
+    });
+    if (!rc) throw_error(errc::operation_timeout, writing.text() + ": no connection within connect_timeout");
+    if (*rc == ZOK) return *before;
+    if (*rc != ZBADVERSION && *rc != ZNONODE) fail(*rc, writing);  // (another change came between: again)
+  }
 }
 
 lease_usage read_lease_usage(session& sess, const std::string& path) {

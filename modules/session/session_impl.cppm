@@ -912,6 +912,6 @@ std::optional<int> ensure_containers(session_impl& s, const std::string& path, s
 /// errc::path_kind_mismatch if it stores none (a lock's path, or another node); session failures
 /// and the server's refusals.
 bool ensure_semaphore_node_in(session_impl& s, const std::string& path, std::string_view leases, std::uint64_t g,
-                              clock::time_point deadline, std::size_t* sent = nullptr);
+                              clock::time_point deadline, std::size_t* sent = nullptr, std::int32_t* version = nullptr);
 
 }  // namespace zklock::detail

@@ -168,16 +168,20 @@ std::optional<node_seen> watch_node(session& sess, const std::string& path, cons
 
 std::optional<name_list> list_children(session& sess, const std::string& path,
                                        const std::shared_ptr<wake_target>& watcher, clock::time_point deadline,
-                                       bool* missing) {
+                                       bool* missing, std::int32_t* data_version) {
   session_impl& s = impl_of(sess);
   const call_name what{"zklock: listing ", path, "READ", path};
   reply kids;
   const std::uint64_t g = s.states.live_generation(what);
   const std::uint64_t group = watcher ? s.watches.join(path, true, watcher) : 0;
   auto rc = s.call(deadline, g, what, &kids, [&](zhandle_t* zh, const void* d) {
+    if (data_version)  // (the same request, with the node's stat)
+      return group ? zoo_awget_children2(zh, path.c_str(), &node_watcher, watch_ctx(group), &reply_to::on_names_stat, d)
+                   : zoo_aget_children2(zh, path.c_str(), 0, &reply_to::on_names_stat, d);
     return group ? zoo_awget_children(zh, path.c_str(), &node_watcher, watch_ctx(group), &reply_to::on_names, d)
                  : zoo_aget_children(zh, path.c_str(), 0, &reply_to::on_names, d);
   });
+  if (rc && *rc == ZOK && data_version) *data_version = kids.stat.version;
   if (!rc) return std::nullopt;
   if (missing) *missing = *rc == ZNONODE;
   if (*rc == ZNONODE) return name_list{};
@@ -212,15 +216,22 @@ struct slot_watch_box {
   clock::time_point sent;
 };
 
-extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat*, const void* data) {
+extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat* stat, const void* data) {
   std::unique_ptr<slot_watch_box> box{static_cast<slot_watch_box*>(const_cast<void*>(data))};
   if (rc == ZOK || rc == ZNONODE) box->s->round_trips.note(clock::now() - box->sent);  // a read's latency
   if (rc == ZOK) {  // armed: its event wakes the slot
     // Unless its waiter dropped it while the request was on its way: the drop found no watch to
     // remove (the client arms it with this reply, just before this call). Removed now, unless
     // another waiter of the session watches the node (its request, sent later, arms the same watch).
-    if (box->slot->dropped() && !box->s->watches.watched(box->slot->path, false))
-      box->loop->with_handle([&](zhandle_t* zh) { remove_watches(*box->s, zh, box->slot->path, false); });
+    if (box->slot->dropped()) {
+      if (!box->s->watches.watched(box->slot->path, false))
+        box->loop->with_handle([&](zhandle_t* zh) { remove_watches(*box->s, zh, box->slot->path, false); });
+    } else if (stat && box->slot->expect_version >= 0 && stat->version != box->slot->expect_version) {
+      // A semaphore's lease count changed after its waiter read it, before this watch was armed:
+      // the change the watch would have shown (its waiter lists again and reads the new count).
+      const steps_here here;
+      box->slot->wake();
+    }
     return;
   }
   box->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)

@@ -291,6 +291,46 @@ TEST(CliRevoke, AnExecHolderIsAskedThenForced) {
 
 // zklock rm: a busy path is refused (exit 124, naming the holder); an idle one is removed, saying
 // what it was; a missing one exits 66; a node that is no lock is refused (125).
+// zklock permits PATH [N]: prints the lease count with the permits used and free, and changes it
+// for every process at once: a waiter the new N makes room for is granted with no release.
+TEST(CliPermits, PrintsAndChangesTheLeaseCount) {
+  const auto path = zkt::unique_path("cli-permits-n");
+  auto permits = [&](std::vector<std::string> more) {
+    std::vector<std::string> a{"permits", "--connect", zkt::connect(), path};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  zklock_run missing{permits({})};
+  EXPECT_EQ(run(missing), 66) << missing.err();
+  zklock_run made{permits({"3"})};
+  ASSERT_EQ(run(made), 0) << made.err();
+  EXPECT_EQ(made.out(), path + ": made with N = 3\n");
+  holder h{path, {"--permits", "3", "--take", "2"}};
+  h.held();
+  zklock_run shown{permits({})};
+  ASSERT_EQ(run(shown), 0) << shown.err();
+  EXPECT_EQ(shown.out(), path + ": N = 3 (2 used, 1 free)\n");
+  zklock_run waiter{{"exec", "--connect", zkt::connect(), "--permits", "3", "--take", "2", path, "--", "echo", "in"}};
+  ASSERT_TRUE(zkt::await_children(path, 2)) << waiter.err();
+  zklock_run grown{permits({"4"})};
+  ASSERT_EQ(run(grown), 0) << grown.err();
+  EXPECT_EQ(grown.out(), path + ": N = 3 -> 4\n");
+  EXPECT_EQ(run(waiter), 0) << "granted by the new N while the holder still held: " << waiter.err();
+  EXPECT_EQ(waiter.out(), "in\n");
+  EXPECT_EQ(h.release(), 0);
+  zklock_run bad{permits({"0"})};
+  EXPECT_EQ(run(bad), 125);
+  EXPECT_NE(bad.err().find("bad N \"0\""), std::string::npos) << bad.err();
+  // A lock's path is no semaphore.
+  lock_run lock{path + "-lock"};
+  lock.held();
+  zklock_run not_sem{{"permits", "--connect", zkt::connect(), path + "-lock", "2"}};
+  EXPECT_EQ(run(not_sem), 125);
+  EXPECT_NE(not_sem.err().find("is not a semaphore"), std::string::npos) << not_sem.err();
+  lock.run.close_stdin();
+  EXPECT_EQ(run(lock.run), 0);
+}
+
 TEST(CliRm, RemovesAnIdlePathAndRefusesABusyOne) {
   const auto path = zkt::unique_path("cli-rm");
   lock_run holder{path};

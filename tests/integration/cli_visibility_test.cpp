@@ -311,7 +311,7 @@ TEST(CliVisibility, LsOfAPathThatDoesNotExistExits66) {
   zklock_run help{{"ls", "--help"}};
   ASSERT_EQ(run(help), 0);
   const auto text = help.out();
-  EXPECT_NE(text.find("66   ls, rm: PATH does not exist"), std::string::npos) << text;
+  EXPECT_NE(text.find("66   ls, rm, permits: PATH does not exist"), std::string::npos) << text;
   EXPECT_NE(text.find("--recursive"), std::string::npos) << text;
 }
 

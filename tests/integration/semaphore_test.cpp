@@ -496,3 +496,112 @@ TEST(Permits, TimedStoppedAndAsynchronousFormsTakeAllOrNothing) {
 }
 
 }  // namespace
+
+// ---- set_max: N changes live ------------------------------------------------------------------
+
+namespace {
+
+// A larger N grants the waiters that now fit at once, with no release; a smaller one lets the
+// holders keep their leases and grants nothing until the permits held fit in it. Objects opened
+// before follow the node's N; max() reads it.
+TEST(SetMax, WaitersSeeANewNAtOnce) {
+  const auto path = zkt::unique_path("setmax");
+  zklock::session s1{zkt::options()}, s2{zkt::options()}, s3{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 2}, b{s2, path, 2}, admin{s3, path, 2};
+  a.acquire(2);
+  auto waiting = std::async(std::launch::async, [&] { return b.try_acquire_lease_for(2, 60s); });
+  ASSERT_TRUE(await_children(path, 2));
+  EXPECT_EQ(admin.set_max(4), 2);
+  zklock::lock_hold l = waiting.get();  // granted by the change alone: a still holds its 2
+  ASSERT_TRUE(l);
+  EXPECT_EQ(a.held_permits(), 2);
+  EXPECT_EQ(admin.max(), 4);
+  EXPECT_EQ(admin.used(), 4);
+  EXPECT_EQ(b.max(), 4);
+  EXPECT_EQ(b.leases(), 2) << "as opened";
+
+  // Lower it to 3: the holders keep their 4 permits; a new lease of 1 waits until they fit.
+  EXPECT_EQ(b.set_max(3), 4);
+  EXPECT_TRUE(a.still_owned());
+  EXPECT_TRUE(l.still_owned());
+  EXPECT_FALSE(admin.try_acquire(1)) << "4 permits held, N = 3";
+  auto one = std::async(std::launch::async, [&] { return admin.try_acquire_for(1, 60s); });
+  ASSERT_TRUE(await_children(path, 3));
+  l.unlock();  // 2 held: a lease of 1 fits in 3
+  EXPECT_TRUE(one.get());
+  EXPECT_EQ(admin.used(), 3);
+  EXPECT_EQ(admin.available(), 0);
+  // b last read N = 4: asked for 4, it queues, finds N = 3 and fails, leaving nothing behind.
+  EXPECT_EQ(code_of([&] { (void)b.try_acquire(4); }), zklock::errc::lease_count_mismatch);
+  EXPECT_EQ(zkt::children(path).size(), 2u);
+  EXPECT_THROW((void)b.try_acquire(4), std::invalid_argument) << "now it knows N = 3";
+  // acquire(n) over the N it knows reads the node's N first (raised elsewhere).
+  EXPECT_EQ(a.set_max(5), 3);
+  EXPECT_TRUE(b.try_acquire(2));
+  EXPECT_EQ(b.used(), 5);
+  b.release();
+  a.release();
+  admin.release();
+  EXPECT_TRUE(await_children(path, 0));
+  // A new object must be opened with the stored N.
+  EXPECT_EQ(code_of([&] { zklock::counting_semaphore late{s1, path, 2}; }), zklock::errc::lease_count_mismatch);
+  zklock::counting_semaphore late{s1, path, 5};
+  EXPECT_THROW(late.set_max(0), std::invalid_argument);
+}
+
+// With N over 16 a waiter watches the semaphore's children (watch_predecessor), and a change of N
+// still reaches it at once.
+TEST(SetMax, AWaiterOnTheChildrenWatchSeesItToo) {
+  const auto path = zkt::unique_path("setmax-wide");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 20}, b{s2, path, 20};
+  a.acquire(20);
+  auto waiting = std::async(std::launch::async, [&] { return b.try_acquire_for(60s); });
+  ASSERT_TRUE(await_children(path, 2));
+  EXPECT_EQ(a.set_max(21), 20);
+  EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(a.used(), 21);
+  b.release();
+  a.release();
+}
+
+// A waiter for more permits than a lowered N can never be granted: it fails with
+// lease_count_mismatch, leaving nothing behind.
+TEST(SetMax, AWaiterForMoreThanTheNewNFails) {
+  const auto path = zkt::unique_path("setmax-over");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 4}, b{s2, path, 4};
+  a.acquire(2);
+  auto waiting = std::async(std::launch::async, [&] { return code_of([&] { (void)b.try_acquire_for(4, 60s); }); });
+  ASSERT_TRUE(await_children(path, 2));
+  EXPECT_EQ(a.set_max(3), 4);
+  EXPECT_EQ(waiting.get(), zklock::errc::lease_count_mismatch);
+  EXPECT_TRUE(await_children(path, 1));
+  a.release();
+}
+
+// Concurrent changes are versioned writes: each applies whole, and the last one stays; a change
+// never fails for another's.
+TEST(SetMax, ConcurrentChangesEachApplyWhole) {
+  const auto path = zkt::unique_path("setmax-race");
+  constexpr int threads = 4, rounds = 10;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int i = 0; i < threads; ++i) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  std::vector<std::unique_ptr<zklock::counting_semaphore>> sems;
+  for (auto& s : sessions) sems.push_back(std::make_unique<zklock::counting_semaphore>(*s, path, 1));
+  std::vector<std::jthread> pool;
+  std::atomic<int> changes{0};
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < rounds; ++i) {
+        EXPECT_GE(sems[static_cast<std::size_t>(t)]->set_max(10 * (t + 1) + i), 1);
+        ++changes;
+      }
+    });
+  pool.clear();
+  EXPECT_EQ(changes.load(), threads * rounds);
+  const auto n = sems[0]->max();
+  EXPECT_EQ(n % 10, rounds - 1) << n << ": the last write of some thread";
+}
+
+}  // namespace
