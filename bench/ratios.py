@@ -42,7 +42,15 @@ METRICS = [
     ("e_semaphore_hold0", "leases_s", "(e) semaphore hold 0: leases/s", "higher"),
     ("e_semaphore_hold20", "leases_s", "(e) semaphore hold 20 ms: leases/s", "higher"),
     ("g_herd", "handoff_p50_us", "(g) herd handoff p50 us", "lower"),
+    # (m): not in the peers' harness (tools/bench-peers with SCEN naming m; Curator's side is
+    # bench/curator-multi): a semaphore of 8 permits, 16 clients asking 1, 2 or 3 permits at once
+    ("m_semaphore_multi_hold0", "leases_s", "(m) 8 permits, 1-3 per lease, hold 0: leases/s", "higher"),
+    ("m_semaphore_multi_hold0", "permits_s", "(m) 8 permits, 1-3 per lease, hold 0: permits/s", "higher"),
+    ("m_semaphore_multi_hold5", "leases_s", "(m) 8 permits, 1-3 per lease, hold 5 ms: leases/s", "higher"),
+    ("m_semaphore_multi_hold5", "permits_s", "(m) 8 permits, 1-3 per lease, hold 5 ms: permits/s", "higher"),
 ]
+# scenarios whose stalls (60 s guard timeouts) and violations ratios.py lists under the table
+STALLS = ["m_semaphore_multi_hold0", "m_semaphore_multi_hold5"]
 OPS = ["mutex_acquire_release", "mutex_new_lock_object_per_use", "reentrant_acq2_rel2", "read_acquire_release",
        "write_acquire_release", "semaphore_acquire_return", "failed_try0", "failed_timed20ms",
        "blocking_acquire_after_wait_release"]
@@ -52,7 +60,8 @@ PATCHED = {("kazoo", "d_rwlock"): "d_rwlock_pr650fix"}
 # Client CPU per acquisition (runner contract: cpu_window_ms, the process's CPU in the timed window)
 CPU = [("a_uncontended", "(a)"), ("c_contended_T2", "(c) T=2"), ("c_contended_T8", "(c) T=8"),
        ("c_contended_T32", "(c) T=32"), ("k_contended_hold5_T8", "(k) T=8 hold 5 ms"), ("d_rwlock", "(d) r/w 90:10"),
-       ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20")]
+       ("e_semaphore_hold0", "(e) hold 0"), ("e_semaphore_hold20", "(e) hold 20"),
+       ("m_semaphore_multi_hold0", "(m) hold 0, per lease"), ("m_semaphore_multi_hold5", "(m) hold 5, per lease")]
 FLOOR = "k-floor"  # bench/k_floor: the bare C client's queue, scenarios a, c, k, d, e
 
 
@@ -250,6 +259,20 @@ def main():
                 continue
             print("| %s | %s | %s | %s | %s | %s |" % (lib, fmt(hv), fmt(value(runs, lib, "k_contended_hold5_T8", "gap_p50_us")),
                   fmt(value(runs, lib, "k_contended_hold5_T8", "gap_mean_us")), ratio(hv, fv), ratio(hv, cv)))
+    stall_lines = []
+    for scen in STALLS:
+        for lib in peers + mine:
+            st = [r[(lib, scen)].get("stalls") for r in runs if (lib, scen) in r]
+            vi = [r[(lib, scen)].get("violations") for r in runs if (lib, scen) in r]
+            if st:
+                stall_lines.append("  %s %s: stalls %s, violations %s, leftover_nodes %s" % (
+                    scen, lib, " | ".join(str(x) for x in st), " | ".join(str(x) for x in vi),
+                    " | ".join(str(r[(lib, scen)].get("leftover_nodes")) for r in runs if (lib, scen) in r)))
+    if stall_lines:
+        print()
+        print("(m) stalls (acquires that hit the 60 s guard; a stall also stretches duration_s), violations, "
+              "leftover nodes, per run:")
+        print("\n".join(stall_lines))
     print()
     cpu_table(runs, mine, peers)
 

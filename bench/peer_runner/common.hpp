@@ -33,7 +33,7 @@ using zkt::json_number;
 using zkt::split;
 
 constexpr auto kSessionTimeout = 30s;  // as both peers
-constexpr auto kStall = 60s;           // guard of blocking acquires in c, e, g (a hang becomes a stall)
+constexpr auto kStall = 60s;           // guard of blocking acquires in c, e, g, m (a hang becomes a stall)
 constexpr auto kRwStall = 5s;          // guard in d
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -273,6 +273,7 @@ template <class W> void scen_contended(int T, raw_zk& raw);                 // c
 template <class W> void scen_contended_hold(raw_zk& raw);                   // k: contended.cpp
 template <class W> void scen_rw(raw_zk& raw);                               // d: rwlock.cpp
 template <class W> void scen_semaphore(int hold_ms, raw_zk& raw);           // e: semaphore.cpp
+template <class W> void scen_semaphore_multi(int hold_ms, raw_zk& raw);     // m: semaphore.cpp
 template <class W> void scen_failed_try(raw_zk& raw);                       // f: failed_try.cpp
 template <class W> void scen_herd(raw_zk& raw);                             // g: herd.cpp
 template <class W> void scen_expiry(raw_zk& raw);                           // h: expiry.cpp

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // peer_runner — zklock's runner for the peer lock benchmarks (Curator, kazoo; ../shared/peers):
-// the same scenarios a–h, k and o, the same flags, one JSON object per line on stdout.
+// the same scenarios a–h, k and o, the same flags, one JSON object per line on stdout; and m (leases
+// of several permits, semaphore.cpp), beside Curator's bench/curator-multi.
 //
 //   peer_runner --zk HOST:PORT [--proxy HOST:PORT --ctrl PORT] [--n 2000] [--warm 500] [--dur 10]
-//               [--threads 2,8,32] [--herd 100] [--scen a,b,c,d,e,f,g,h,k,o] [--tag TEXT]
+//               [--threads 2,8,32] [--herd 100] [--scen a,b,c,d,e,f,g,h,k,m,o] [--tag TEXT]
 //               [--watch predecessor|children|both] [--release background|sync]
 //
 // Each scenario runs once per watch strategy (default both): lib "zklock" is watch_predecessor,
@@ -15,7 +16,7 @@
 // Scenario definitions: ../shared/peers/README.md ("Runner contract").
 //
 // This file: the flags, the process warm-up, the env line and the dispatch; common.hpp: what the
-// scenarios share; uncontended.cpp (a, b), contended.cpp (c, k), rwlock.cpp (d), semaphore.cpp (e),
+// scenarios share; uncontended.cpp (a, b), contended.cpp (c, k), rwlock.cpp (d), semaphore.cpp (e, m),
 // failed_try.cpp (f), herd.cpp (g), expiry.cpp (h), opcounts.cpp (o): the scenarios.
 #include <unistd.h>
 
@@ -154,6 +155,11 @@ void run_scenario(const std::string& sc) {
       log(std::string{lib} + ": e hold " + std::to_string(hold) + " ms");
       guarded(lib, "e_semaphore_hold" + std::to_string(hold), [&] { scen_semaphore<W>(hold, raw); });
     }
+  } else if (sc == "m") {
+    for (const int hold : {0, 5}) {
+      log(std::string{lib} + ": m hold " + std::to_string(hold) + " ms");
+      guarded(lib, "m_semaphore_multi_hold" + std::to_string(hold), [&] { scen_semaphore_multi<W>(hold, raw); });
+    }
   } else if (sc == "f") {
     guarded(lib, "f_failed_try", [&] { scen_failed_try<W>(raw); });
   } else if (sc == "g") {
@@ -198,7 +204,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     log(std::string{"process warm-up failed: "} + e.what());
   }
-  for (const char* sc : {"a", "b", "c", "k", "d", "e", "f", "g", "h", "o"}) {
+  for (const char* sc : {"a", "b", "c", "k", "d", "e", "m", "f", "g", "h", "o"}) {
     if (!cfg.scen.contains(sc)) continue;
     if (cfg.predecessor) run_scenario<zklock::watch_predecessor>(sc);
     if (cfg.children) run_scenario<zklock::watch_children>(sc);

@@ -38,8 +38,10 @@
 //
 // A lock that several may hold at once (a read/write lock, a semaphore) is checked with a
 // `sharing` rule instead of exclusion: check 2 becomes "no writer's live hold overlaps another
-// process's live hold, and no more than `leases` live holds at once", and check 1 applies to the
-// writers' tokens only (a reader's or a lease's token need not follow the grant order).
+// process's live hold, and no more than `leases` live holds at once" (of a semaphore whose
+// processes take several permits each, `permits`: no grant while the live holds' permits and its
+// own exceed `leases`), and check 1 applies to the writers' tokens only (a reader's or a lease's
+// token need not follow the grant order).
 #pragma once
 #include <algorithm>
 #include <charconv>
@@ -189,7 +191,12 @@ struct report {
 struct sharing {
   std::size_t leases = 1;
   std::set<int> readers;
+  std::map<int, std::size_t> permits = {};  ///< a process's permits per hold (absent: 1)
   bool exclusive() const noexcept { return leases == 1 && readers.empty(); }
+  std::size_t permits_of(int who) const {
+    const auto it = permits.find(who);
+    return it == permits.end() ? 1 : it->second;
+  }
 };
 
 /// Effects: checks one run. `events`: the contenders' and the injector's lines, in any order;
@@ -330,10 +337,13 @@ inline report check(const std::vector<std::string>& events, const std::vector<st
           violation("overlap", "overlap: " + show(h) + " while " + show(*o) + " still held it (" +
                                    (reader ? "a reader under a writer" : "a writer") + ")");
         }
-      if (rule.readers.empty() && others.size() >= rule.leases) {
+      std::size_t taken = rule.permits_of(h.who);
+      for (const hold* o : others) taken += rule.permits_of(o->who);
+      if (rule.readers.empty() && taken > rule.leases) {
         ++r.overlaps;
         violation("overlap", "overlap: " + show(h) + " was granted while " + std::to_string(others.size()) +
-                                 " holds of " + std::to_string(rule.leases) + " leases were live, the first " +
+                                 " holds of " + std::to_string(rule.leases) + " leases were live (" +
+                                 std::to_string(taken) + " permits with its own), the first " +
                                  show(*others.front()));
       }
     }

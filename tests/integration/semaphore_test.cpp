@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -397,6 +399,49 @@ TEST(Leases, ALeaseFromTheBlockingCallsIsTheCallers) {
   EXPECT_TRUE(zkt::await_children(path, 0));
 }
 
+// Reaping under churn: three processes take and return leases with idle gaps between them, so
+// that the server reaps the semaphore's node (every second on the test servers) while others are
+// about to acquire; every acquire still finds (or makes) its node, and never more than N are held.
+TEST(Leases, ReapingUnderChurnLosesNoAcquire) {
+  const auto path = zkt::unique_path("sem-churn");
+  constexpr int threads = 3;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int i = 0; i <= threads; ++i) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  std::atomic<int> current{0}, max_seen{0}, grants{0};
+  std::atomic<bool> stop{false};
+  std::set<std::int64_t> incarnations;  // the semaphore node's czxids seen: a new one after each reap
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        zklock::counting_semaphore sem{*sessions[static_cast<std::size_t>(t)], path, 2};
+        std::mt19937 rng{static_cast<unsigned>(t)};
+        while (!stop) {
+          if (!sem.try_acquire_for(1 + t % 2, 30s)) {
+            ADD_FAILURE() << "an acquire waited 30 s";
+            return;
+          }
+          ++grants;
+          const int now = current += 1 + t % 2;
+          int seen = max_seen.load();
+          while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {}
+          current -= 1 + t % 2;
+          sem.release();
+          std::this_thread::sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<>{0, 700}(rng)});  // idle
+        }
+      });
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (incarnations.size() < 3 && std::chrono::steady_clock::now() < until) {
+      if (const auto st = sessions.back()->exists(path)) incarnations.insert(st->czxid);
+      std::this_thread::sleep_for(20ms);  // polling the node
+    }
+    stop = true;
+  }
+  EXPECT_GE(incarnations.size(), 2u) << "the node was never reaped and made again under churn";
+  EXPECT_LE(max_seen.load(), 2);
+  EXPECT_GT(grants.load(), 0);
+}
+
 // ---- acquire(n): many permits at once --------------------------------------------------------
 
 // All n permits at once, in queue order: a lease of 3 that does not fit waits, and a later lease of
@@ -563,6 +608,50 @@ TEST(SetMax, AWaiterOnTheChildrenWatchSeesItToo) {
   EXPECT_EQ(a.used(), 21);
   b.release();
   a.release();
+}
+
+// N changing again and again while leases of 1 to 3 permits queue: every acquire is granted (none
+// stranded by a change it missed), and the permits held never exceed the largest N.
+TEST(SetMax, ChangesWhileWaitersQueueStrandNoOne) {
+  const auto path = zkt::unique_path("setmax-churn");
+  constexpr int threads = 6, rounds = 5;
+  std::vector<std::unique_ptr<zklock::session>> sessions;
+  for (int i = 0; i <= threads; ++i) sessions.push_back(std::make_unique<zklock::session>(zkt::options()));
+  zklock::counting_semaphore changer{*sessions.back(), path, 6};
+  std::vector<std::unique_ptr<zklock::counting_semaphore>> sems;  // opened before N changes
+  for (int t = 0; t < threads; ++t)
+    sems.push_back(std::make_unique<zklock::counting_semaphore>(*sessions[static_cast<std::size_t>(t)], path, 6));
+  std::atomic<int> current{0}, max_seen{0}, done{0};
+  std::atomic<bool> failed{false};
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        auto& sem = *sems[static_cast<std::size_t>(t)];
+        const int k = 1 + t % 3;
+        for (int i = 0; i < rounds; ++i) {
+          if (!sem.try_acquire_for(k, 60s)) {
+            ADD_FAILURE() << "a lease of " << k << " waited 60 s";
+            failed = true;
+            break;
+          }
+          const int now = current += k;
+          int seen = max_seen.load();
+          while (now > seen && !max_seen.compare_exchange_weak(seen, now)) {}
+          std::this_thread::sleep_for(2ms);  // the work under the lease
+          current -= k;
+          sem.release();
+        }
+        ++done;
+      });
+    for (std::ptrdiff_t n = 3; done.load() < threads; n = n == 3 ? 6 : 3) {  // the changes, as fast as they go
+      (void)changer.set_max(n);
+      std::this_thread::sleep_for(1ms);  // pacing
+    }
+  }
+  EXPECT_FALSE(failed.load());
+  EXPECT_LE(max_seen.load(), 6);
+  EXPECT_TRUE(await_children(path, 0));
 }
 
 // A waiter for more permits than a lowered N can never be granted: it fails with
