@@ -107,10 +107,13 @@ struct lease_count {
 };
 
 /// Returns: the lease count the semaphore node `path` stores now, with its version (one request;
-/// waits through a disconnection until `deadline`); nullopt if `deadline` passed first.
-/// Throws: std::system_error: errc::path_kind_mismatch if it stores no lease count (or is gone:
-/// a semaphore's node stands while a contender of ours is under it); session or server failures.
-std::optional<lease_count> read_lease_count(session& s, const std::string& path, clock::time_point deadline);
+/// waits through a disconnection until `deadline`); nullopt if `deadline` passed first; a count
+/// of 0 if the node is gone and `gone_ok`.
+/// Throws: std::system_error: errc::path_kind_mismatch if it stores no lease count (or is gone,
+/// unless `gone_ok`: a semaphore's node stands while a contender of ours is under it); session or
+/// server failures.
+std::optional<lease_count> read_lease_count(session& s, const std::string& path, clock::time_point deadline,
+                                            bool gone_ok = false);
 
 /// Effects: stores `leases` as the lease count of the semaphore node `path` with a versioned write
 /// (read, then set at that version, again if another change came between: concurrent changes each

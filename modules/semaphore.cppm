@@ -313,8 +313,9 @@ class basic_counting_semaphore {
   detail::semaphore_rule rule_for(std::ptrdiff_t n, const char* fn) const {
     auto known = static_cast<std::ptrdiff_t>(live_->load().first);
     if (n > known && n <= 1'000'000) {  // set_max may have raised it
-      const auto now = detail::read_lease_count(s_, path_, detail::clock::now() + s_.options().connect_timeout);
-      if (now) {
+      const auto now =
+          detail::read_lease_count(s_, path_, detail::clock::now() + s_.options().connect_timeout, true);
+      if (now && now->leases != 0) {  // (gone: reaped while idle; its next acquire makes it with `known`)
         live_->store(now->leases, now->version);
         known = static_cast<std::ptrdiff_t>(now->leases);
       }

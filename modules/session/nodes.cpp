@@ -114,7 +114,8 @@ std::int32_t ensure_semaphore_node(session& sess, const std::string& path, int l
   return version;
 }
 
-std::optional<lease_count> read_lease_count(session& sess, const std::string& path, clock::time_point deadline) {
+std::optional<lease_count> read_lease_count(session& sess, const std::string& path, clock::time_point deadline,
+                                            bool gone_ok) {
   session_impl& s = impl_of(sess);
   const call_name reading{"zklock: reading semaphore ", path, "READ", path};
   const auto g = s.states.live_generation(reading);
@@ -123,6 +124,7 @@ std::optional<lease_count> read_lease_count(session& sess, const std::string& pa
     return zoo_aget(zh, path.c_str(), 0, &reply_to::on_data, d);
   });
   if (!rc) return std::nullopt;
+  if (*rc == ZNONODE && gone_ok) return lease_count{};
   if (*rc != ZOK && *rc != ZNONODE) fail(*rc, reading);
   const auto n = *rc == ZOK ? leases_stored(std::string_view{node.value}.substr(0, 64)) : std::nullopt;
   if (!n) throw_error(errc::path_kind_mismatch, "zklock: " + path + " is not a semaphore: " + what_node_is(s, path, g, deadline));

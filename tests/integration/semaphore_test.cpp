@@ -303,6 +303,8 @@ TEST(Leases, ARemovedSemaphoreIsMadeAgainWithItsCount) {
   EXPECT_FALSE(zkt::exists(path));
   EXPECT_EQ(sem.max(), 2) << "the node is gone: the object's own count";
   EXPECT_EQ(sem.used(), 0);
+  EXPECT_THROW(sem.acquire(3), std::invalid_argument) << "more than its N, with the node gone";
+  EXPECT_FALSE(zkt::exists(path));
   sem.acquire();
   const auto node = zkt::stat_node(path);
   ASSERT_TRUE(node.exists);
