@@ -224,9 +224,9 @@ class attempt {
     arm_watches(s_, node_.generation, fresh);  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
-  /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those that
-  /// fired because their node was deleted; sets `other` if one fired for another reason (its node's data
-  /// changed, or the session ended).
+  /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those
+  /// that fired because their node was deleted; sets `other` if one fired for another reason (its
+  /// node's data changed, or the session ended).
   /// Throws: the server's refusal of a watch's request (watch_refused); a lost connection or an
   /// ended session only sets `other` (the listing that follows waits for the next, or throws).
   std::size_t take_fired(bool& other) {
@@ -353,7 +353,7 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     std::uint32_t permits = 1;  // a lease of many permits says so in its name
     if constexpr (leases) permits = r.permits;
     auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own, permits), contender_data(), deadline,
-                                  count ? &count->requests : nullptr, turn, (Rule::kinds & lease_kinds) == 0, lock_data);
+                                  count ? &count->requests : nullptr, turn, !leases, lock_data);
     if (!queued) co_return std::nullopt;
     attempted.emplace(s, std::move(queued->node), wc.stop, count);
     listing = std::move(queued->listing);

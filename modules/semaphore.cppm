@@ -37,9 +37,9 @@ export namespace zklock {
 /// Each acquire takes one more lease (one contender node) of one permit, or of n permits with the
 /// calls that take n: all n at once or none (no partial holds, so two waiters for many permits never
 /// deadlock each other); release() returns the most recent lease, from any thread. Fair: leases go
-/// in queue order, and a lease waiting for many permits is not passed by later smaller ones. The leases are the object's, not a thread's:
-/// the bundle's reentrancy axis has no meaning here, and a bundle that names a model other than
-/// reentrancy_none does not compile. Timed calls and releases of what is not held follow
+/// in queue order, and a lease waiting for many permits is not passed by later smaller ones. The
+/// leases are the object's, not a thread's: the bundle's reentrancy axis has no meaning here, and a
+/// bundle that names a model other than reentrancy_none does not compile. Timed calls and releases of what is not held follow
 /// basic_mutex's rules.
 template <LockPolicies P = default_policies>
 class basic_counting_semaphore {
