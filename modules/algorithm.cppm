@@ -219,9 +219,8 @@ class attempt {
         if (version >= 0 && &p == &paths.back()) fresh.back()->expect_version = version;
       }
     if (fresh.empty()) return;
-    sent(fresh.size());
     ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
-    arm_watches(s_, node_.generation, fresh);  // our node's session: a later one has none of ours
+    sent(arm_watches(s_, node_.generation, fresh));  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
   /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those
@@ -255,7 +254,7 @@ class attempt {
     w->mark_dropped();  // first: a reply still on its way removes the watch it arms (arm_watches)
     if (w->fired()) return;
     drop_watch(s_, w->path, children, w.get());
-    sent();
+    if (w->expect_version < 0) sent();  // (a semaphore node's watch stays armed: see arm_watches)
   }
   /// Wakes the current waiter when a stop is requested (on the requesting thread; never blocks).
   struct waker {

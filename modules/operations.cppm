@@ -207,10 +207,14 @@ class watch_slot final : public wake_target {
 /// for contenders ahead of a node that went with its session), sending every request at once and
 /// waiting for none of their replies (the waiter waits for its watches anyway): a reply that finds
 /// the node gone wakes the slot as its deletion would (wake_deleted: no watch is armed); a request
-/// that fails wakes it with the failure (wake_failed; see watch_refused).
+/// that fails wakes it with the failure (wake_failed; see watch_refused). A semaphore's node
+/// (expect_version >= 0) is watched by one watch per session, kept armed between waits and shared
+/// by the session's waiters on it (watch_registry::join_sticky): a slot that finds it armed sends
+/// nothing, and fires at once if it was armed at another data version than the slot's.
+/// Returns: the requests sent.
 /// Throws: std::system_error: session_expired or session_closed if generation `generation` is
 /// over; std::bad_alloc (then none of the slots is watched).
-void arm_watches(session& s, std::uint64_t generation, const std::vector<std::shared_ptr<watch_slot>>& slots);
+std::size_t arm_watches(session& s, std::uint64_t generation, const std::vector<std::shared_ptr<watch_slot>>& slots);
 
 /// Effects: for a watch request on `path` that failed with the C client's code `rc`
 /// (watch_slot::failure): returns if the waiter may list again and learn there what happened (a
@@ -401,6 +405,14 @@ bool session_alive_for(const session& s, const held_node& n) noexcept;
 /// Throws: std::system_error(errc::lease_count_mismatch) if it stores another count,
 /// errc::path_kind_mismatch if it stores no lease count (a lock's path, or another node).
 std::int32_t ensure_semaphore_node(session& s, const std::string& path, int leases);
+
+/// Effects: counts a semaphore object of session `s` on `path` (its waiters share one watch on the
+/// node, kept armed between waits while an object of the session on that path lives). Never throws
+/// but std::bad_alloc.
+void open_semaphore_watch(session& s, const std::string& path);
+/// Effects: undoes one open_semaphore_watch; the last object of the session on `path` removes the
+/// node's watch unless a waiter still waits on it (the last to leave then does). Never throws.
+void close_semaphore_watch(session& s, const std::string& path) noexcept;
 
 /// A semaphore's stored lease count and the permits held under it, read together.
 struct lease_usage {

@@ -61,11 +61,13 @@ class basic_counting_semaphore {
       : s_(s), path_(detail::checked_path(std::move(path))), leases_(checked_leases(leases)), hooks_(std::move(hooks)),
         live_(std::make_shared<detail::lease_limit>(static_cast<std::size_t>(leases_), -1)), async_(s, path_, hooks_) {
     live_->store(static_cast<std::size_t>(leases_), detail::ensure_semaphore_node(s_, path_, static_cast<int>(leases_)));
+    detail::open_semaphore_watch(s_, path_);
   }
   /// Effects: returns every lease still held (never throws).
   ~basic_counting_semaphore() {
     const auto report = hooks_.reporter();
     for (auto& l : held_) (void)detail::end_hold(s_, l, path_, report);
+    detail::close_semaphore_watch(s_, path_);
   }
   basic_counting_semaphore(const basic_counting_semaphore&) = delete;
   basic_counting_semaphore& operator=(const basic_counting_semaphore&) = delete;

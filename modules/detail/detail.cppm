@@ -115,6 +115,13 @@ class waiter_list {
     });
     return waiters_.empty();
   }
+  /// Returns: the waiters still alive, which this list keeps. Throws: std::bad_alloc.
+  std::vector<std::shared_ptr<T>> live() const {
+    std::vector<std::shared_ptr<T>> out;
+    for (const auto& w : waiters_)
+      if (auto t = w.lock()) out.push_back(std::move(t));
+    return out;
+  }
   /// Returns: whether the list is empty (waiters that are gone count until woken or removed).
   bool empty() const noexcept { return waiters_.empty(); }
   /// Returns: the waiters, which this list forgets.

@@ -442,13 +442,16 @@ class watch_registry {
   std::uint64_t join(const std::string& path, bool children, const std::shared_ptr<wake_target>& t);
   /// Effects: removes `t` from the group of (path, children); if it was the last, forgets the group
   /// and calls `remove()` (to remove the watch) before any later join can be sent. Never throws.
+  /// A sticky group (join_sticky) keeps its watch when its last waiter leaves while it has a user
+  /// (use_sticky).
   template <class Remove>
   void drop(const std::string& path, bool children, const wake_target* t, Remove remove) noexcept {
     std::lock_guard lk{mu_};
     const auto open = open_.find(key{path, children});
     if (open == open_.end()) return;  // fired already
     const auto g = groups_.find(open->second);
-    if (!g->second.waiting.remove(t)) return;
+    if (!g->second.waiting.remove(t) || (g->second.sticky && users_.contains(path))) return;
+    if (g->second.sticky) --sticky_;
     open_.erase(open);  // first: its key views the group's path
     groups_.erase(g);
     remove();
@@ -463,23 +466,111 @@ class watch_registry {
     std::lock_guard lk{mu_};
     return open_.contains(key{path, children});
   }
+  /// What join_sticky found.
+  struct sticky_join {
+    std::uint64_t id = 0;  ///< the group's id, the context to arm the watch with
+    bool send = false;     ///< no watch was armed or on its way: the caller sends the request (or take()s the group)
+    bool changed = false;  ///< armed at another data version than the caller's: wake the caller now
+  };
+  /// The most sticky groups a session keeps: beyond it, joining a new path forgets an idle one.
+  static constexpr std::size_t sticky_bound = 64;
+  /// Effects: adds `t` to the sticky data group of `path` on generation `generation` (a semaphore's
+  /// node, watched for a change of its lease count: the watch stays armed when its waiters leave,
+  /// so that the session's next waiter sends nothing), or to a new one; forgets waiters that are
+  /// gone. A new group beyond sticky_bound forgets an idle one first and calls `remove(path)` for
+  /// its watch (before any later join can be sent). `version`: the data version the caller read
+  /// the node at. Returns: see sticky_join.
+  template <class Remove>
+  sticky_join join_sticky(const std::string& path, std::uint64_t generation, std::int32_t version,
+                          const std::shared_ptr<wake_target>& t, Remove remove) {
+    std::lock_guard lk{mu_};
+    auto open = open_.find(key{path, false});
+    if (open != open_.end()) {
+      auto& g = groups_.find(open->second)->second;
+      if (!g.sticky || g.generation == generation) {
+        g.waiting.remove(nullptr);  // (the waiters that are gone)
+        g.waiting.add(t);
+        if (!g.sticky) return {open->second, true, false};  // another kind of watch: arm as one-shot
+        return {open->second, false, g.version != unknown_version && g.version != version};
+      }
+      forget(open);  // armed on an earlier generation's handle, which is gone with its watches
+    }
+    if (sticky_ >= sticky_bound)
+      for (auto it = open_.begin(); it != open_.end(); ++it) {
+        auto& g = groups_.find(it->second)->second;
+        if (!g.sticky || g.version == unknown_version || (g.waiting.remove(nullptr), !g.waiting.empty())) continue;
+        remove(g.path);  // first: `g` goes with forget
+        forget(it);
+        break;
+      }
+    const std::uint64_t id = next_++;
+    auto& g = groups_.emplace(id, group{path, false, {}, true, generation, unknown_version}).first->second;
+    try {
+      open_.emplace(key{g.path, false}, id);
+      g.waiting.add(t);
+    } catch (...) {
+      open_.erase(key{g.path, false});
+      groups_.erase(id);
+      throw;
+    }
+    ++sticky_;
+    return {id, true, false};
+  }
+  /// Effects: counts a user of the sticky group of `path` (a semaphore object): while it has one,
+  /// the group keeps its watch when its last waiter leaves. Throws: std::bad_alloc.
+  void use_sticky(const std::string& path) {
+    std::lock_guard lk{mu_};
+    ++users_[path];
+  }
+  /// Effects: undoes one use_sticky; the last user forgets the group if it has no waiter left and
+  /// calls `remove(path)` for its watch (before any later join can be sent). Never throws.
+  template <class Remove>
+  void unuse_sticky(const std::string& path, Remove remove) noexcept {
+    std::lock_guard lk{mu_};
+    const auto u = users_.find(path);
+    if (u == users_.end() || --u->second != 0) return;
+    users_.erase(u);
+    const auto open = open_.find(key{path, false});
+    if (open == open_.end()) return;
+    auto& g = groups_.find(open->second)->second;
+    if (!g.sticky || (g.waiting.remove(nullptr), !g.waiting.empty())) return;  // (its last waiter removes it)
+    remove();
+    forget(open);
+  }
+  /// Effects: records that the watch of sticky group `id` is armed at data version `version`.
+  /// Returns: its waiters, to check against that version (the C client arms the watch with this
+  /// reply: later joiners compare their own version).
+  std::vector<std::shared_ptr<wake_target>> armed(std::uint64_t id, std::int32_t version);
   /// Effects: forgets group `id` (its watch fired). Returns: its waiters, to wake.
   waiters take(std::uint64_t id) noexcept;
   /// Effects: wakes and forgets every group (the handle is closing or closed, the session closing).
   void wake_all() noexcept;
 
  private:
+  static constexpr std::int32_t unknown_version = -1;  // a sticky watch on its way (data versions are >= 0)
   struct group {
     std::string path;
     bool children;
     waiters waiting;
+    bool sticky = false;             // join_sticky's
+    std::uint64_t generation = 0;    // sticky: the generation whose handle armed it
+    std::int32_t version = unknown_version;  // sticky: the node's data version when it was armed
   };
   using key = std::pair<std::string_view, bool>;  // (path, children); the path views a group's own
+  /// Effects: forgets the open group at `open`. Called with mu_ held.
+  void forget(std::map<std::pair<std::string_view, bool>, std::uint64_t>::iterator open) noexcept {
+    const auto g = groups_.find(open->second);
+    if (g->second.sticky) --sticky_;
+    open_.erase(open);  // first: its key views the group's path
+    groups_.erase(g);
+  }
 
   std::mutex mu_;
   std::unordered_map<std::uint64_t, group> groups_;  // by id = the watcher's context
   std::map<key, std::uint64_t> open_;               // armed groups by (path, kind)
   std::uint64_t next_ = 1;
+  std::size_t sticky_ = 0;  // sticky groups in groups_
+  std::map<std::string, std::size_t, std::less<>> users_;  // use_sticky's counts by path
 };
 
 // ---- the handle, the reaper, the ACL cache ---------------------------------------------------------

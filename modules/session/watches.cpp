@@ -101,13 +101,26 @@ std::uint64_t watch_registry::join(const std::string& path, bool children, const
   return open->second;
 }
 
+std::vector<std::shared_ptr<wake_target>> watch_registry::armed(std::uint64_t id, std::int32_t version) {
+  std::lock_guard lk{mu_};
+  const auto it = groups_.find(id);
+  if (it == groups_.end()) return {};  // fired, or the handle closed
+  it->second.version = version;
+  return it->second.waiting.live();
+}
+
 waiters watch_registry::take(std::uint64_t id) noexcept {
   std::lock_guard lk{mu_};
   const auto it = groups_.find(id);
   if (it == groups_.end()) return {};
   waiters out = it->second.waiting.take();
-  open_.erase(key{it->second.path, it->second.children});
-  groups_.erase(it);
+  const auto open = open_.find(key{it->second.path, it->second.children});
+  if (open != open_.end() && open->second == id) {
+    forget(open);
+  } else {  // (every group is open; kept safe all the same)
+    if (it->second.sticky) --sticky_;
+    groups_.erase(it);
+  }
   return out;
 }
 
@@ -117,6 +130,7 @@ void watch_registry::wake_all() noexcept {
     std::lock_guard lk{mu_};
     open_.clear();  // first: its keys view the groups' paths
     all.swap(groups_);
+    sticky_ = 0;
   }
   for (auto& [id, g] : all) g.waiting.wake_all();
 }
@@ -205,6 +219,20 @@ void drop_watch(session& sess, const std::string& path, bool children, const wak
   });
 }
 
+void open_semaphore_watch(session& sess, const std::string& path) { impl_of(sess).watches.use_sticky(path); }
+
+void close_semaphore_watch(session& sess, const std::string& path) noexcept {
+  session_impl& s = impl_of(sess);
+  const auto loop = s.handle.current();
+  s.watches.unuse_sticky(path, [&]() noexcept {
+    if (!loop) return;
+    try {
+      loop->defer([&s, p = path](zhandle_t* zh) { remove_watches(s, zh, p, false); });
+    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
+    }
+  });
+}
+
 namespace {
 
 /// The context of a watch request whose reply no waiter waits for: the slot it arms, and the loop
@@ -214,11 +242,43 @@ struct slot_watch_box {
   io_loop* loop;
   std::shared_ptr<watch_slot> slot;
   clock::time_point sent;
+  std::uint64_t sticky_group = 0;  // a sticky group's watch (watch_registry::join_sticky): its id
 };
+
+/// Effects: the reply to the request that arms sticky group `box.sticky_group` (a semaphore's
+/// node): armed, its waiters that read the node at another data version are woken (a change they
+/// have not seen); not armed, the group is forgotten and all its waiters are woken (gone: as
+/// deleted; else with the failure). On the loop's thread.
+void on_sticky_watch(slot_watch_box& box, int rc, const struct Stat* stat) noexcept {
+  if (rc == ZOK && stat) {
+    std::vector<std::shared_ptr<wake_target>> joined;
+    try {
+      joined = box.s->watches.armed(box.sticky_group, stat->version);
+    } catch (...) {  // allocation failure: wake them all, to list again
+      rc = ZSYSTEMERROR;
+    }
+    if (rc == ZOK) {
+      const steps_here here;
+      for (const auto& t : joined)
+        if (auto* slot = dynamic_cast<watch_slot*>(t.get()); slot && slot->expect_version != stat->version) slot->wake();
+      return;
+    }
+  }
+  box.loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
+  auto woken = box.s->watches.take(box.sticky_group);
+  const steps_here here;
+  woken.wake_all([rc](wake_target& t) noexcept {
+    if (auto* slot = dynamic_cast<watch_slot*>(&t))
+      rc == ZNONODE ? slot->wake_deleted() : slot->wake_failed(rc == ZOK ? ZSYSTEMERROR : rc);
+    else
+      t.wake();
+  });
+}
 
 extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat* stat, const void* data) {
   std::unique_ptr<slot_watch_box> box{static_cast<slot_watch_box*>(const_cast<void*>(data))};
   if (rc == ZOK || rc == ZNONODE) box->s->round_trips.note(clock::now() - box->sent);  // a read's latency
+  if (box->sticky_group != 0) return on_sticky_watch(*box, rc, stat);
   if (rc == ZOK) {  // armed: its event wakes the slot
     // Unless its waiter dropped it while the request was on its way: the drop found no watch to
     // remove (the client arms it with this reply, just before this call). Removed now, unless
@@ -245,40 +305,95 @@ extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat* stat,
 
 }  // namespace
 
-void arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_ptr<watch_slot>>& slots) {
+namespace {
+
+/// The outcome of joining the watch of one slot (arm_watches).
+struct slot_join {
+  std::uint64_t group = 0;
+  bool send = true;      // its request is to be sent (else its sticky group's watch is armed or on its way)
+  bool changed = false;  // that sticky watch was armed at another data version: wake the slot
+  bool sticky = false;
+};
+
+/// Effects: undoes the join `j` of `slot`: leaves a one-shot group; forgets a sticky group it was to
+/// arm, waking its waiters with `rc` (nothing is armed for them); else leaves the sticky group.
+/// Never throws.
+void unjoin(session_impl& s, const std::shared_ptr<watch_slot>& slot, const slot_join& j, int rc) noexcept {
+  if (!j.sticky) {
+    s.watches.leave(slot->path, slot.get());
+    slot->wake_failed(rc);
+  } else if (j.send) {
+    auto woken = s.watches.take(j.group);
+    woken.wake_all([rc](wake_target& t) noexcept {
+      if (auto* w = dynamic_cast<watch_slot*>(&t))
+        w->wake_failed(rc);
+      else
+        t.wake();
+    });
+    slot->wake_failed(rc);  // (if it was not among them: taken by an event meanwhile)
+  } else {
+    s.watches.drop(slot->path, false, slot.get(), [] {});  // (sticky: never removes the watch)
+    slot->wake_failed(rc);
+  }
+}
+
+}  // namespace
+
+std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_ptr<watch_slot>>& slots) {
   session_impl& s = impl_of(sess);
-  if (slots.empty()) return;
+  if (slots.empty()) return 0;
   const call_name watching{"zklock: watching ", slots.front()->path};
   s.states.check_live(g, watching);  // (not the live generation: the waiter's node is of `g`)
   std::vector<std::unique_ptr<slot_watch_box>> boxes;
   boxes.reserve(slots.size());
-  std::vector<std::uint64_t> groups;
-  groups.reserve(slots.size());
+  std::vector<slot_join> joins;
+  joins.reserve(slots.size());
   std::vector<int> rcs(slots.size(), ZINVALIDSTATE);  // not sent: as the client answers an expired handle
+  const auto current = s.handle.current();
+  // A sticky group forgotten to stay within its bound: its watch is removed before any later join
+  // of its path is sent (as drop_watch does).
+  auto evict = [&](const std::string& path) noexcept {
+    if (!current) return;
+    try {
+      current->defer([&s, p = path](zhandle_t* zh) { remove_watches(s, zh, p, false); });
+    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
+    }
+  };
   try {
     for (const auto& slot : slots) {
-      groups.push_back(s.watches.join(slot->path, false, slot));
+      if (slot->expect_version >= 0) {
+        const auto j = s.watches.join_sticky(slot->path, g, slot->expect_version, slot, evict);
+        joins.push_back(slot_join{j.id, j.send, j.changed, true});
+      } else {
+        joins.push_back(slot_join{s.watches.join(slot->path, false, slot)});
+      }
       boxes.push_back(std::make_unique<slot_watch_box>(slot_watch_box{&s, nullptr, slot, {}}));
+      if (joins.back().sticky) boxes.back()->sticky_group = joins.back().group;
     }
-  } catch (...) {
-    for (std::size_t i = 0; i < groups.size(); ++i) s.watches.leave(slots[i]->path, slots[i].get());
+  } catch (...) {  // (the slots' waiter gives them up: waking them wakes nobody)
+    for (std::size_t i = 0; i < joins.size(); ++i) unjoin(s, slots[i], joins[i], ZSYSTEMERROR);
     throw;
   }
   std::shared_ptr<io_loop> loop;
   try {
     loop = s.live_loop(g, watching);
   } catch (...) {  // the generation ended meanwhile
-    for (const auto& slot : slots) s.watches.leave(slot->path, slot.get());
+    for (std::size_t i = 0; i < joins.size(); ++i) unjoin(s, slots[i], joins[i], ZINVALIDSTATE);
     throw;
   }
+  std::size_t sent = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (!joins[i].send) rcs[i] = ZOK;  // armed already (or on its way) by another waiter of the session
   if (loop) {
     loop->with_handle([&](zhandle_t* zh) {
       const auto now = clock::now();
       for (std::size_t i = 0; i < slots.size(); ++i) {
+        if (!joins[i].send) continue;
+        ++sent;
         boxes[i]->loop = loop.get();
         boxes[i]->sent = now;
         // getData, not exists: on a missing node it leaves no watch behind.
-        rcs[i] = zh ? zoo_awget(zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(groups[i]), &on_slot_watch,
+        rcs[i] = zh ? zoo_awget(zh, slots[i]->path.c_str(), &node_watcher, watch_ctx(joins[i].group), &on_slot_watch,
                                 boxes[i].get())
                     : static_cast<int>(ZINVALIDSTATE);
         if (rcs[i] == ZOK) boxes[i].release();  // owned by the completion now, which always comes
@@ -287,10 +402,13 @@ void arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_p
   }
   // Not sent: the slot fires with the failure at once (its waiter lists again and learns there).
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    if (rcs[i] == ZOK) continue;
-    s.watches.leave(slots[i]->path, slots[i].get());
-    slots[i]->wake_failed(rcs[i]);
+    if (rcs[i] == ZOK) {
+      if (joins[i].changed) slots[i]->wake();  // the node changed since its waiter read it
+      continue;
+    }
+    unjoin(s, slots[i], joins[i], rcs[i]);
   }
+  return sent;
 }
 
 void watch_refused(const std::string& path, int rc) {

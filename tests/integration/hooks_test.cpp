@@ -165,6 +165,33 @@ TEST_F(Hooks, ATimedOutTryReportsItsWait) {
   EXPECT_EQ(t.requests, 5u);
 }
 
+// A semaphore's waiter also watches the semaphore's node (a change of N reaches it at once); that
+// watch is the session's, kept armed between waits while the object lives: the session's next
+// waiter sends one request fewer.
+TEST_F(Hooks, ASemaphoreWaiterWatchesTheNodeOncePerSession) {
+  zklock::session a{zkt::options()}, b{zkt::options()};
+  const auto path = zkt::unique_path("hooks-sem-watch");
+  observed_sem holder{a, path, 1, hooks()}, other{b, path, 1, hooks()};
+  other.acquire();  // warm the path up in b's session (ACL check)
+  other.release();
+  holder.acquire();
+  {
+    std::lock_guard lk{rec.mu};
+    rec.acquires.clear();
+  }
+  EXPECT_FALSE(other.try_acquire_for(std::chrono::milliseconds{200}));
+  EXPECT_FALSE(other.try_acquire_for(std::chrono::milliseconds{200}));
+  holder.release();
+  std::lock_guard lk{rec.mu};
+  ASSERT_EQ(rec.acquires.size(), 2u);
+  EXPECT_EQ(rec.acquires[0].queue_position, 1u);
+  EXPECT_EQ(rec.acquires[1].queue_position, 1u);
+  // create + list, the watches of our node, of the holder's and of the semaphore's node, the
+  // holder watch's removal; then the same but the semaphore node's watch, armed still
+  EXPECT_EQ(rec.acquires[0].requests, 6u);
+  EXPECT_EQ(rec.acquires[1].requests, 5u);
+}
+
 TEST_F(Hooks, AFailedTryIsReported) {
   zklock::session a{zkt::options()}, b{zkt::options()};
   const auto path = zkt::unique_path("hooks-failed");

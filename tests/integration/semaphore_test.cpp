@@ -612,6 +612,42 @@ TEST(SetMax, AWaiterOnTheChildrenWatchSeesItToo) {
   a.release();
 }
 
+// A session's waiters on one semaphore share one watch on its node, kept armed from one wait to the
+// next while a semaphore object of the session on that path lives: waiters that find it armed (two
+// objects of one session, after an earlier wait) are still granted by a change of N at once. The
+// session's last object on the path gone, its watch goes too.
+TEST(SetMax, WaitersSharingTheSessionsWatchOnTheNodeSeeANewN) {
+  const auto path = zkt::unique_path("setmax-shared");
+  zklock::session s1{zkt::options()}, s2{zkt::options()};
+  zklock::counting_semaphore a{s1, path, 1};
+  auto b = std::make_unique<zklock::counting_semaphore>(s2, path, 1);
+  auto c = std::make_unique<zklock::counting_semaphore>(s2, path, 1);
+  a.acquire();
+  EXPECT_FALSE(b->try_acquire_for(100ms));  // arms the session's watch on the node, which stays
+  s2.flush();
+  EXPECT_EQ(zkt::watches_below(path, s2), std::set<std::string>{path}) << "none on a contender";
+  auto wb = std::async(std::launch::async, [&] { return b->try_acquire_for(60s); });
+  auto wc = std::async(std::launch::async, [&] { return c->try_acquire_for(60s); });
+  ASSERT_TRUE(await_children(path, 3));
+  EXPECT_EQ(a.set_max(3), 1);
+  EXPECT_TRUE(wb.get());
+  EXPECT_TRUE(wc.get());
+  EXPECT_EQ(a.used(), 3);
+  // Again, with the watch armed anew by the waiters the change woke (or by these).
+  auto wb2 = std::async(std::launch::async, [&] { return b->try_acquire_for(60s); });
+  ASSERT_TRUE(await_children(path, 4));
+  EXPECT_EQ(a.set_max(4), 3);
+  EXPECT_TRUE(wb2.get());
+  EXPECT_FALSE(c->try_acquire_for(100ms));  // 4 of 4 held: arms the watch again
+  b.reset();  // (returns its two leases)
+  s2.flush();
+  EXPECT_TRUE(zkt::watches_below(path, s2).contains(path)) << "c still lives (and holds a lease, which it watches)";
+  c.reset();
+  s2.flush();
+  EXPECT_EQ(zkt::watches_below(path, s2), std::set<std::string>{}) << "the last object's watch stayed";
+  a.release();
+}
+
 // N changing again and again while leases of 1 to 3 permits queue: every acquire is granted (none
 // stranded by a change it missed), and the permits held never exceed the largest N.
 TEST(SetMax, ChangesWhileWaitersQueueStrandNoOne) {
