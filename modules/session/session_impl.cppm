@@ -471,6 +471,7 @@ class watch_registry {
     std::uint64_t id = 0;  ///< the group's id, the context to arm the watch with
     bool send = false;     ///< no watch was armed or on its way: the caller sends the request (or take()s the group)
     bool changed = false;  ///< armed at another data version than the caller's: wake the caller now
+    waiters stale;         ///< the waiters of a group armed on an earlier generation, forgotten: wake them
   };
   /// The most sticky groups a session keeps: beyond it, joining a new path forgets an idle one.
   static constexpr std::size_t sticky_bound = 64;
@@ -485,14 +486,16 @@ class watch_registry {
                           const std::shared_ptr<wake_target>& t, Remove remove) {
     std::lock_guard lk{mu_};
     auto open = open_.find(key{path, false});
+    waiters stale;
     if (open != open_.end()) {
       auto& g = groups_.find(open->second)->second;
       if (!g.sticky || g.generation == generation) {
         g.waiting.remove(nullptr);  // (the waiters that are gone)
         g.waiting.add(t);
-        if (!g.sticky) return {open->second, true, false};  // another kind of watch: arm as one-shot
-        return {open->second, false, g.version != unknown_version && g.version != version};
+        if (!g.sticky) return {open->second, true, false, {}};  // another kind of watch: arm as one-shot
+        return {open->second, false, g.version != unknown_version && g.version != version, {}};
       }
+      stale = g.waiting.take();
       forget(open);  // armed on an earlier generation's handle, which is gone with its watches
     }
     if (sticky_ >= sticky_bound)
@@ -514,7 +517,7 @@ class watch_registry {
       throw;
     }
     ++sticky_;
-    return {id, true, false};
+    return {id, true, false, std::move(stale)};
   }
   /// Effects: counts a user of the sticky group of `path` (a semaphore object): while it has one,
   /// the group keeps its watch when its last waiter leaves. Throws: std::bad_alloc.

@@ -362,7 +362,8 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
   try {
     for (const auto& slot : slots) {
       if (slot->expect_version >= 0) {
-        const auto j = s.watches.join_sticky(slot->path, g, slot->expect_version, slot, evict);
+        auto j = s.watches.join_sticky(slot->path, g, slot->expect_version, slot, evict);
+        j.stale.wake_all();  // (they wait on a generation that is over: they learn it by looking again)
         joins.push_back(slot_join{j.id, j.send, j.changed, true});
       } else {
         joins.push_back(slot_join{s.watches.join(slot->path, false, slot)});
