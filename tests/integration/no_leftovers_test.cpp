@@ -109,13 +109,15 @@ TYPED_TEST(NoLeftovers, FailedSemaphoreTries) {
   const auto held = zkt::children(path);
   ASSERT_EQ(held.size(), 1u);
   // What a failed try may leave is the session's one watch on the semaphore's node itself (kept
-  // armed for the session's next waiter, so that a change of N reaches it: see arm_watches), never
-  // one on a contender.
-  const std::set<std::string> none{}, node_only{path};
+  // armed for the session's next waiter while the object lives, so that a change of N reaches it:
+  // see arm_watches), never one on a contender.
+  auto node_only = [&] {
+    for (const auto& w : watches_below(path, cs)) EXPECT_EQ(w, path) << "a contender's watch stayed";
+  };
   EXPECT_FALSE(contender.try_acquire_for(250ms));  // as the first waiter
   EXPECT_FALSE(contender.try_acquire());
   EXPECT_EQ(zkt::children(path), held);
-  EXPECT_EQ(watches_below(path, cs), node_only);
+  node_only();
 
   bool got_first = false, got_second = false;
   {
@@ -127,7 +129,7 @@ TYPED_TEST(NoLeftovers, FailedSemaphoreTries) {
     ASSERT_TRUE(await_children(path, 2));
     EXPECT_FALSE(contender.try_acquire_for(250ms));  // as a later waiter
     EXPECT_EQ(zkt::children(path).size(), 2u);
-    EXPECT_EQ(watches_below(path, cs), node_only);
+    node_only();
 
     std::jthread second([&] {
       typename TypeParam::semaphore w{ws2, path, 1};
@@ -170,14 +172,16 @@ TYPED_TEST(NoLeftovers, TheServerCountsNoWatchOfAFailedAttempt) {
   EXPECT_FALSE(contender.try_lock_for(250ms));
   cs.flush();
   EXPECT_EQ(zkt::server_watch_count(), before);
-  // The first waiter of a semaphore (a children watch): what stays is the session's one watch on
-  // the semaphore's node, kept for its next waiter; a second failed try adds none.
+  // The first waiter of a semaphore (a children watch): what may stay is the session's one watch
+  // on the semaphore's node, kept for its next waiter (if the try armed it before it gave up); a
+  // second failed try adds none.
   EXPECT_FALSE(sem_contender.try_acquire_for(250ms));
   cs.flush();
-  EXPECT_EQ(zkt::server_watch_count(), before + 1);
+  const long long after_one = zkt::server_watch_count();
+  EXPECT_TRUE(after_one == before || after_one == before + 1) << after_one << " watches, " << before << " before";
   EXPECT_FALSE(sem_contender.try_acquire_for(250ms));
   cs.flush();
-  EXPECT_EQ(zkt::server_watch_count(), before + 1);
+  EXPECT_LE(zkt::server_watch_count(), before + 1);
   holder.unlock();
   sem_holder.release();
 }

@@ -622,8 +622,19 @@ TEST(SetMax, WaitersSharingTheSessionsWatchOnTheNodeSeeANewN) {
   zklock::counting_semaphore a{s1, path, 1};
   auto b = std::make_unique<zklock::counting_semaphore>(s2, path, 1);
   auto c = std::make_unique<zklock::counting_semaphore>(s2, path, 1);
+  // Returns: once `sem` waits with the session's watch on the node armed, stops its wait (the
+  // watch stays armed: the object lives).
+  auto wait_until_watched_then_stop = [&](zklock::counting_semaphore& sem) {
+    std::stop_source stop;
+    auto waiting = std::async(std::launch::async, [&] { return sem.try_acquire(zklock::wait_context{.stop = stop.get_token()}); });
+    const auto limit = std::chrono::steady_clock::now() + 30s;
+    while (!zkt::watches_below(path, s2).contains(path) && std::chrono::steady_clock::now() < limit)
+      std::this_thread::yield();
+    stop.request_stop();
+    EXPECT_FALSE(waiting.get());
+  };
   a.acquire();
-  EXPECT_FALSE(b->try_acquire_for(100ms));  // arms the session's watch on the node, which stays
+  wait_until_watched_then_stop(*b);  // arms the session's watch on the node, which stays
   s2.flush();
   EXPECT_EQ(zkt::watches_below(path, s2), std::set<std::string>{path}) << "none on a contender";
   auto wb = std::async(std::launch::async, [&] { return b->try_acquire_for(60s); });
@@ -638,7 +649,7 @@ TEST(SetMax, WaitersSharingTheSessionsWatchOnTheNodeSeeANewN) {
   ASSERT_TRUE(await_children(path, 4));
   EXPECT_EQ(a.set_max(4), 3);
   EXPECT_TRUE(wb2.get());
-  EXPECT_FALSE(c->try_acquire_for(100ms));  // 4 of 4 held: arms the watch again
+  wait_until_watched_then_stop(*c);  // 4 of 4 held: arms the watch again
   b.reset();  // (returns its two leases)
   s2.flush();
   EXPECT_TRUE(zkt::watches_below(path, s2).contains(path)) << "c still lives (and holds a lease, which it watches)";
