@@ -655,7 +655,7 @@ TEST(SetMax, WaitersSharingTheSessionsWatchOnTheNodeSeeANewN) {
   EXPECT_TRUE(zkt::watches_below(path, s2).contains(path)) << "c still lives (and holds a lease, which it watches)";
   c.reset();
   s2.flush();
-  EXPECT_EQ(zkt::watches_below(path, s2), std::set<std::string>{}) << "the last object's watch stayed";
+  EXPECT_FALSE(zkt::watches_below(path, s2).contains(path)) << "the last object's watch on the node stayed";
   a.release();
 }
 
