@@ -561,7 +561,7 @@ class watch_registry {
   };
   using key = std::pair<std::string_view, bool>;  // (path, children); the path views a group's own
   /// Effects: forgets the open group at `open`. Called with mu_ held.
-  void forget(std::map<std::pair<std::string_view, bool>, std::uint64_t>::iterator open) noexcept {
+  void forget(std::map<key, std::uint64_t>::iterator open) noexcept {
     const auto g = groups_.find(open->second);
     if (g->second.sticky) --sticky_;
     open_.erase(open);  // first: its key views the group's path

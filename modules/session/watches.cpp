@@ -203,20 +203,26 @@ std::optional<name_list> list_children(session& sess, const std::string& path,
   return std::move(kids.names);
 }
 
+namespace {
+
+/// Effects: queues the removal of this session's watches of `path` (children or data) on `loop`
+/// (none: nothing to remove), sent by the next request on the handle, or by the loop, which defer
+/// wakes. Called with the registry's lock held (deferred: a thread holding one of the session's
+/// locks never waits for the handle's), so a later join's request goes after it. Never throws.
+void defer_watch_removal(session_impl& s, io_loop* loop, const std::string& path, bool children) noexcept {
+  if (!loop) return;
+  try {
+    loop->defer([&s, p = path, children](zhandle_t* zh) { remove_watches(s, zh, p, children); });
+  } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
+  }
+}
+
+}  // namespace
+
 void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
   session_impl& s = impl_of(sess);
   const auto loop = s.handle.current();
-  // The registry's lock is held while the removal is queued (deferred: a thread holding one of the
-  // session's locks never waits for the handle's), so a later join's request goes after it.
-  s.watches.drop(path, children, watcher, [&]() noexcept {
-    if (!loop) return;
-    try {
-      loop->defer([&s, p = path, children](zhandle_t* zh) {
-        remove_watches(s, zh, p, children);
-      });  // sent by the next request on the handle, or by the loop, which defer wakes
-    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
-    }
-  });
+  s.watches.drop(path, children, watcher, [&]() noexcept { defer_watch_removal(s, loop.get(), path, children); });
 }
 
 void open_semaphore_watch(session& sess, const std::string& path) { impl_of(sess).watches.use_sticky(path); }
@@ -224,13 +230,7 @@ void open_semaphore_watch(session& sess, const std::string& path) { impl_of(sess
 void close_semaphore_watch(session& sess, const std::string& path) noexcept {
   session_impl& s = impl_of(sess);
   const auto loop = s.handle.current();
-  s.watches.unuse_sticky(path, [&]() noexcept {
-    if (!loop) return;
-    try {
-      loop->defer([&s, p = path](zhandle_t* zh) { remove_watches(s, zh, p, false); });
-    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
-    }
-  });
+  s.watches.unuse_sticky(path, [&]() noexcept { defer_watch_removal(s, loop.get(), path, false); });
 }
 
 namespace {
@@ -321,20 +321,17 @@ struct slot_join {
 void unjoin(session_impl& s, const std::shared_ptr<watch_slot>& slot, const slot_join& j, int rc) noexcept {
   if (!j.sticky) {
     s.watches.leave(slot->path, slot.get());
-    slot->wake_failed(rc);
   } else if (j.send) {
-    auto woken = s.watches.take(j.group);
-    woken.wake_all([rc](wake_target& t) noexcept {
+    s.watches.take(j.group).wake_all([rc](wake_target& t) noexcept {
       if (auto* w = dynamic_cast<watch_slot*>(&t))
         w->wake_failed(rc);
       else
         t.wake();
     });
-    slot->wake_failed(rc);  // (if it was not among them: taken by an event meanwhile)
   } else {
     s.watches.drop(slot->path, false, slot.get(), [] {});  // (sticky: never removes the watch)
-    slot->wake_failed(rc);
   }
+  slot->wake_failed(rc);  // (also if an event took its group meanwhile)
 }
 
 }  // namespace
@@ -350,15 +347,8 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
   joins.reserve(slots.size());
   std::vector<int> rcs(slots.size(), ZINVALIDSTATE);  // not sent: as the client answers an expired handle
   const auto current = s.handle.current();
-  // A sticky group forgotten to stay within its bound: its watch is removed before any later join
-  // of its path is sent (as drop_watch does).
-  auto evict = [&](const std::string& path) noexcept {
-    if (!current) return;
-    try {
-      current->defer([&s, p = path](zhandle_t* zh) { remove_watches(s, zh, p, false); });
-    } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
-    }
-  };
+  // A sticky group forgotten to stay within its bound: its watch is removed (as drop_watch does).
+  auto evict = [&](const std::string& path) noexcept { defer_watch_removal(s, current.get(), path, false); };
   try {
     for (const auto& slot : slots) {
       if (slot->expect_version >= 0) {
