@@ -420,14 +420,14 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       listing.reset();  // (what the wait needs is in targets)
     }
     if (window == 0) {  // the lock node's children: any join or leave may be our turn
+      at.prepare_wait();  // first: a watch that fires from now on (the node's, as it is armed) ends the wait
       if constexpr (leases) {  // and a semaphore's lease count changing
         bool changed = false;
         (void)at.take_fired(changed);
         at.watch_ahead({lock_path}, lease_version);
       }
       if (at.children_armed()) {  // else it fired already (or none was armed): look again now
-        at.prepare_wait();
-        if (at.children_armed() && !co_await at.wait(deadline)) co_return std::nullopt;
+        if (!co_await at.wait(deadline)) co_return std::nullopt;
       }
       at.note_children_fired();
       list(at.children_armed() ? nullptr : at.arm_children(lock_path));  // (armed still: N changed)
