@@ -16,15 +16,59 @@
 # -mt package's (one source package, one version).
 #
 # Defines: zklock_zookeeper_st (an imported static library: the renamed archive, with the C
-# client's include directory) and ZKLOCK_PRIVATE_CLIENT_ARCHIVE (its path, to install).
+# client's include directory), ZKLOCK_PRIVATE_CLIENT_ARCHIVE (its path, to install),
+# ZKLOCK_HAVE_TLS / ZKLOCK_HAVE_SASL (ON or OFF) and ZKLOCK_CLIENT_DESCRIPTION (which client).
+#
+# Which client: Debian's (no TLS, no SASL: Debian 12 builds it without OpenSSL and Cyrus SASL) or
+# the one tools/build-zookeeper-client builds from Debian's source package with both
+# (`tools/setup --with-tls-sasl`). ZKLOCK_ZOOKEEPER_CLIENT: "auto" (the capable one where it is
+# installed, else Debian's), "debian", or "tls-sasl" (that one, or a configure error).
 set(ZKLOCK_ZOOKEEPER_ST_ROOT /opt/zklock/libzookeeper-st-dev CACHE PATH
   "Where tools/setup unpacked Debian's libzookeeper-st-dev (the static single-threaded C client)")
-find_library(ZKLOCK_ZOOKEEPER_ST_ARCHIVE NAMES libzookeeper_st.a
-  HINTS ${ZKLOCK_ZOOKEEPER_ST_ROOT}/usr/lib/x86_64-linux-gnu ${ZKLOCK_ZOOKEEPER_ST_ROOT}/usr/lib)
-if(NOT ZKLOCK_ZOOKEEPER_ST_ARCHIVE)
-  message(FATAL_ERROR "zklock: no libzookeeper_st.a (the single-threaded ZooKeeper C client, static). "
-    "Run tools/setup: it unpacks Debian's libzookeeper-st-dev to ${ZKLOCK_ZOOKEEPER_ST_ROOT}.")
+set(ZKLOCK_TLS_SASL_CLIENT_ROOT /opt/zklock/zookeeper-client-tls-sasl CACHE PATH
+  "Where tools/setup --with-tls-sasl installed the C client built with TLS and SASL")
+set(ZKLOCK_ZOOKEEPER_CLIENT auto CACHE STRING "The C client zklock builds on: auto, debian or tls-sasl")
+set_property(CACHE ZKLOCK_ZOOKEEPER_CLIENT PROPERTY STRINGS auto debian tls-sasl)
+if(NOT ZKLOCK_ZOOKEEPER_CLIENT MATCHES "^(auto|debian|tls-sasl)$")
+  message(FATAL_ERROR "zklock: ZKLOCK_ZOOKEEPER_CLIENT is '${ZKLOCK_ZOOKEEPER_CLIENT}': say auto, debian or tls-sasl")
 endif()
+set(_zk_capable ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/lib/libzookeeper_st.a)
+if(ZKLOCK_ZOOKEEPER_CLIENT STREQUAL "tls-sasl" AND NOT EXISTS ${_zk_capable})
+  message(FATAL_ERROR "zklock: ZKLOCK_ZOOKEEPER_CLIENT=tls-sasl, but ${_zk_capable} is missing. "
+    "Run tools/setup --with-tls-sasl: it builds the C client with TLS and SASL from Debian's source package.")
+endif()
+set(ZKLOCK_HAVE_TLS OFF)
+set(ZKLOCK_HAVE_SASL OFF)
+if(NOT ZKLOCK_ZOOKEEPER_CLIENT STREQUAL "debian" AND EXISTS ${_zk_capable})
+  set(ZKLOCK_ZOOKEEPER_ST_ARCHIVE ${_zk_capable})
+  file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/features _zk_features)
+  file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/version _zk_version)
+  if(_zk_features MATCHES "tls")
+    set(ZKLOCK_HAVE_TLS ON)
+  endif()
+  if(_zk_features MATCHES "sasl")
+    set(ZKLOCK_HAVE_SASL ON)
+  endif()
+  find_package(OpenSSL REQUIRED)
+  find_library(ZKLOCK_SASL2_LIBRARY NAMES sasl2 REQUIRED)
+  set(ZKLOCK_CLIENT_DESCRIPTION "built from Debian's source package ${_zk_version} (${ZKLOCK_TLS_SASL_CLIENT_ROOT})")
+else()
+  find_library(ZKLOCK_ZOOKEEPER_ST_ARCHIVE NAMES libzookeeper_st.a
+    HINTS ${ZKLOCK_ZOOKEEPER_ST_ROOT}/usr/lib/x86_64-linux-gnu ${ZKLOCK_ZOOKEEPER_ST_ROOT}/usr/lib NO_CACHE)
+  if(NOT ZKLOCK_ZOOKEEPER_ST_ARCHIVE)
+    message(FATAL_ERROR "zklock: no libzookeeper_st.a (the single-threaded ZooKeeper C client, static). "
+      "Run tools/setup: it unpacks Debian's libzookeeper-st-dev to ${ZKLOCK_ZOOKEEPER_ST_ROOT}.")
+  endif()
+  file(STRINGS ${ZKLOCK_ZOOKEEPER_ST_ROOT}/version _zk_version)
+  set(ZKLOCK_CLIENT_DESCRIPTION "Debian's libzookeeper-st-dev ${_zk_version}")
+endif()
+unset(_zk_capable)
+set(_zk_features "TLS no, SASL no (tools/setup --with-tls-sasl builds a client with both)")
+if(ZKLOCK_HAVE_TLS AND ZKLOCK_HAVE_SASL)
+  set(_zk_features "TLS yes, SASL yes")
+endif()
+message(STATUS "zklock: ZooKeeper C client: ${ZKLOCK_CLIENT_DESCRIPTION}; ${_zk_features}")
+unset(_zk_features)
 find_program(ZKLOCK_NM NAMES llvm-nm-19 llvm-nm nm REQUIRED)
 find_program(ZKLOCK_OBJCOPY NAMES llvm-objcopy-19 llvm-objcopy objcopy REQUIRED)
 
@@ -110,5 +154,18 @@ if(NOT TARGET zklock_zookeeper_st)
   set_target_properties(zklock_zookeeper_st PROPERTIES
     IMPORTED_LOCATION ${ZKLOCK_PRIVATE_CLIENT_ARCHIVE}
     INTERFACE_INCLUDE_DIRECTORIES "${_zk_dir};${ZooKeeper_INCLUDE_DIR}")
+  # The capable client's header declares zookeeper_init_ssl and zookeeper_init_sasl only with these
+  # defined; ZKLOCK_HAVE_TLS / ZKLOCK_HAVE_SASL tell zklock's implementation units what it can do.
+  set(_zk_defs ZKLOCK_HAVE_TLS=$<BOOL:${ZKLOCK_HAVE_TLS}> ZKLOCK_HAVE_SASL=$<BOOL:${ZKLOCK_HAVE_SASL}>)
+  if(ZKLOCK_HAVE_TLS)
+    list(APPEND _zk_defs HAVE_OPENSSL_H)
+    set_property(TARGET zklock_zookeeper_st APPEND PROPERTY INTERFACE_LINK_LIBRARIES OpenSSL::SSL OpenSSL::Crypto)
+  endif()
+  if(ZKLOCK_HAVE_SASL)
+    list(APPEND _zk_defs HAVE_CYRUS_SASL_H)
+    set_property(TARGET zklock_zookeeper_st APPEND PROPERTY INTERFACE_LINK_LIBRARIES ${ZKLOCK_SASL2_LIBRARY})
+  endif()
+  set_property(TARGET zklock_zookeeper_st PROPERTY INTERFACE_COMPILE_DEFINITIONS ${_zk_defs})
+  unset(_zk_defs)
 endif()
 unset(_zk_dir)
