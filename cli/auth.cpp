@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -41,11 +42,10 @@ std::size_t add_auth_lines(options& o, const std::string& source, std::string_vi
   return added;
 }
 
-/// Effects: adds the credentials of the file `path` to `o` (--auth-file). Throws: exit_error
-/// (usage) if it cannot be read, is not a regular file, group or others may access it, it is over
-/// 64 KiB, or a line is not SCHEME:CREDENTIALS, or none is.
-void add_auth_file(options& o, const std::string& path) {
-  const std::string what = "--auth-file \"" + path + "\"";
+/// Returns: the text of the secrets file `path`, given as `option`. Throws: exit_error (usage) if
+/// it cannot be read, is not a regular file, group or others may access it, or it is over 64 KiB.
+std::string read_private_file(const std::string& option, const std::string& path) {
+  const std::string what = option + " \"" + path + "\"";
   fd_t fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};  // (a FIFO must not block)
   if (fd.get() < 0) usage_error("cannot read " + what + ": " + std::strerror(errno));
   struct stat st {};
@@ -68,6 +68,24 @@ void add_auth_file(options& o, const std::string& path) {
     got += static_cast<std::size_t>(n);
   }
   text.resize(got);
+  return text;
+}
+
+/// Returns: the first line of the secrets file `path`, given as `option` (a passphrase, a password).
+/// Throws: exit_error (usage) as read_private_file, or if that line is empty.
+std::string first_line_secret(const std::string& option, const std::string& path) {
+  std::string text = read_private_file(option, path);
+  text.resize(std::min(text.size(), text.find('\n')));
+  if (text.ends_with('\r')) text.pop_back();
+  if (text.empty()) usage_error(option + " \"" + path + "\" holds no secret on its first line");
+  return text;
+}
+
+/// Effects: adds the credentials of the file `path` to `o` (--auth-file). Throws: exit_error
+/// (usage) as read_private_file, or if a line is not SCHEME:CREDENTIALS, or none is.
+void add_auth_file(options& o, const std::string& path) {
+  const std::string text = read_private_file("--auth-file", path);
+  const std::string what = "--auth-file \"" + path + "\"";
   if (add_auth_lines(o, what, text) == 0) usage_error(what + " holds no SCHEME:CREDENTIALS line");
 }
 
@@ -132,6 +150,72 @@ std::vector<option_spec> auth_options(options& o) {
          o.auth_given = true;
        }},
   };
+}
+
+std::vector<option_spec> tls_options(options& o) {
+  return {
+      {"--tls-ca", "FILE", "connect with TLS, trusting the servers' certificates that FILE's CAs signed (PEM)",
+       [&o](const std::string& v) { o.tls.ca_file = v; }},
+      {"--tls-cert", "FILE", "with TLS, this client's certificate (PEM; the servers may demand it)",
+       [&o](const std::string& v) { o.tls.cert_file = v; }},
+      {"--tls-key", "FILE", "with TLS, this client's private key (PEM)", [&o](const std::string& v) { o.tls.key_file = v; }},
+      {"--tls-key-password-file", "FILE",
+       "the passphrase of an encrypted --tls-key, on FILE's first line; FILE must be private to its owner "
+       "(default: $ZKLOCK_TLS_KEY_PASSWORD)",
+       [&o](const std::string& v) { o.tls.key_password = first_line_secret("--tls-key-password-file", v); }},
+  };
+}
+
+std::optional<zklock::tls_options> tls_from_options(const options& o) {
+  const auto& t = o.tls;
+  const int given = !t.ca_file.empty() + !t.cert_file.empty() + !t.key_file.empty();
+  if (given == 0) {
+    if (!t.key_password.empty()) usage_error("--tls-key-password-file without --tls-ca, --tls-cert and --tls-key");
+    return std::nullopt;
+  }
+  if (given != 3)
+    usage_error("--tls-ca, --tls-cert and --tls-key go together (the ZooKeeper C client always presents a "
+                "certificate of its own)");
+  zklock::tls_options out = t;
+  if (out.key_password.empty())
+    if (const char* env = std::getenv("ZKLOCK_TLS_KEY_PASSWORD")) out.key_password = env;
+  return out;
+}
+
+std::vector<option_spec> sasl_options(options& o) {
+  return {
+      {"--sasl-mechanism", "MECH", "authenticate with SASL, mechanism MECH (e.g. DIGEST-MD5, GSSAPI)",
+       [&o](const std::string& v) {
+         o.sasl.mechanism = v;
+         o.sasl_given = true;
+       }},
+      {"--sasl-user", "USER", "the SASL user (implies --sasl-mechanism DIGEST-MD5 unless given)",
+       [&o](const std::string& v) {
+         o.sasl.user = v;
+         o.sasl_given = true;
+       }},
+      {"--sasl-password-file", "FILE",
+       "the SASL password, FILE's first line; FILE must be private to its owner (default: $ZKLOCK_SASL_PASSWORD)",
+       [&o](const std::string& v) { o.sasl.password = first_line_secret("--sasl-password-file", v); }},
+      {"--sasl-service", "NAME", "the servers' SASL service name (default zookeeper)",
+       [&o](const std::string& v) { o.sasl.service = v; }},
+      {"--sasl-host", "NAME", "the server name SASL authenticates (default zk-sasl-md5, DIGEST-MD5's)",
+       [&o](const std::string& v) { o.sasl.host = v; }},
+      {"--sasl-realm", "REALM", "the SASL realm, if the mechanism asks for one", [&o](const std::string& v) { o.sasl.realm = v; }},
+  };
+}
+
+std::optional<zklock::sasl_options> sasl_from_options(const options& o) {
+  if (!o.sasl_given) {
+    if (!o.sasl.password.empty()) usage_error("--sasl-password-file without --sasl-user or --sasl-mechanism");
+    return std::nullopt;
+  }
+  zklock::sasl_options out = o.sasl;
+  if (out.password.empty())
+    if (const char* env = std::getenv("ZKLOCK_SASL_PASSWORD")) out.password = env;
+  if (out.mechanism == "DIGEST-MD5" && (out.user.empty() || out.password.empty()))
+    usage_error("SASL DIGEST-MD5 needs --sasl-user and a password (--sasl-password-file or $ZKLOCK_SASL_PASSWORD)");
+  return out;
 }
 
 option_spec acl_option(options& o) {

@@ -50,7 +50,7 @@ constexpr int no_input = 66;        // EX_NOINPUT: ls: the path does not exist
 constexpr int software = 70;        // EX_SOFTWARE: anything else that went wrong in zklock
 constexpr int lost = 75;            // EX_TEMPFAIL: the lock was lost (CMD was stopped)
 constexpr int no_permission = 77;   // EX_NOPERM: the server refused (ACL, authentication)
-constexpr int config = 78;          // EX_CONFIG: the connect string's chroot does not exist on the server
+constexpr int config = 78;          // EX_CONFIG: the chroot does not exist on the server; TLS refused or not built in
 constexpr int timeout = 124;        // like timeout(1): the lock was not acquired in time (default of -E)
 constexpr int usage = 125;          // bad command line or bad input
 constexpr int cannot_execute = 126; // CMD found but not executable
@@ -125,6 +125,9 @@ struct options {
   std::vector<zklock::auth_info> auth;  // --auth, --auth-file; else $ZKLOCK_AUTH
   bool auth_given = false;              // --auth or --auth-file given: $ZKLOCK_AUTH is not read
   std::vector<zklock::acl_entry> acl;   // exec --acl: of the nodes it creates (empty: the library's default)
+  zklock::tls_options tls;  // --tls-ca, --tls-cert, --tls-key, --tls-key-password-file or $ZKLOCK_TLS_KEY_PASSWORD
+  zklock::sasl_options sasl;  // --sasl-*, the password from --sasl-password-file or $ZKLOCK_SASL_PASSWORD
+  bool sasl_given = false;    // --sasl-mechanism or --sasl-user given
   bool recursive = false;  // ls -r: every lock at or below PATH
 };
 
@@ -154,6 +157,21 @@ struct option_spec {
 /// exit_error (usage) for bad input: a malformed credential, an --auth-file that cannot be read,
 /// holds none, or that group or others may access.
 std::vector<option_spec> auth_options(options& o);
+/// Returns: --tls-ca, --tls-cert, --tls-key and --tls-key-password-file (every command), which
+/// fill o.tls. Each `take` throws exit_error (usage) for a password file that cannot be read, or
+/// that group or others may access.
+std::vector<option_spec> tls_options(options& o);
+/// Effects: checks the TLS options given (all three files or none) and, if the key's passphrase
+/// was not given in a file, takes $ZKLOCK_TLS_KEY_PASSWORD. Returns: the session's TLS options,
+/// or nothing for plain TCP. Throws: exit_error (usage).
+std::optional<zklock::tls_options> tls_from_options(const options& o);
+/// Returns: --sasl-mechanism, --sasl-user, --sasl-password-file, --sasl-service, --sasl-host and
+/// --sasl-realm (every command), which fill o.sasl. Each `take` throws exit_error (usage) for a
+/// password file that cannot be read, or that group or others may access.
+std::vector<option_spec> sasl_options(options& o);
+/// Effects: if SASL was asked for and the password not given in a file, takes
+/// $ZKLOCK_SASL_PASSWORD. Returns: the session's SASL options, or nothing. Throws: exit_error (usage).
+std::optional<zklock::sasl_options> sasl_from_options(const options& o);
 /// Returns: --acl (exec), which adds entries to o.acl. Its `take` throws exit_error (usage).
 option_spec acl_option(options& o);
 /// Effects: unless --auth or --auth-file was given, adds the credentials of $ZKLOCK_AUTH (one

@@ -258,6 +258,8 @@ struct command_line {
         ->disable_flag_override()
         ->group(common_group);
     for (auto& a : auth_options(o)) value(sub, a.name, a.type, a.help, a.take, common_group);  // auth.cpp
+    for (auto& a : tls_options(o)) value(sub, a.name, a.type, a.help, a.take, common_group);   // auth.cpp
+    for (auto& a : sasl_options(o)) value(sub, a.name, a.type, a.help, a.take, common_group);  // auth.cpp
   }
 
   command_line() {
@@ -439,6 +441,8 @@ struct command_line {
       o.connect = env;
     }
     auth_from_environment(o);
+    (void)tls_from_options(o);  // all three files or none: said before anything else happens
+    (void)sasl_from_options(o);
     try {
       zklock::validate_lock_path(o.path);
     } catch (const std::invalid_argument& e) {

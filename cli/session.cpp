@@ -91,6 +91,8 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
   so.connect_timeout = o.connect_timeout;
   so.auth = o.auth;
   so.acl = o.acl;
+  so.tls = tls_from_options(o);
+  so.sasl = sasl_from_options(o);
   // A session that expires, or is given up after a long disconnection, is replaced by a new one:
   // a waiting exec queues again on it, wait and ls look again (docs/cli.md, "Faults").
   so.reestablish_after_expiry = true;
@@ -108,6 +110,8 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
           static_cast<unsigned long long>(s->id()), granted);
     }
     if (g_verbose && !o.auth.empty()) say("authenticated as %s", identities(o.auth).c_str());
+    if (g_verbose && o.sasl_given)
+      say("authenticated with SASL %s%s", o.sasl.mechanism.c_str(), o.sasl.user.empty() ? "" : (" as " + o.sasl.user).c_str());
     // The server keeps a session timeout within its minSessionTimeout and maxSessionTimeout (by
     // default 2 and 20 ticks): the granted one, not the one asked for, is how long a dead zklock
     // keeps its lock, and how long the session outlives a silent connection.
@@ -140,6 +144,9 @@ std::unique_ptr<zklock::session> open_session(const options& o) {
       throw exit_error{exit_code::unavailable,
                        at + (why.empty() ? "the ZooKeeper client refused it (" + code.message() + ")" : why)};
     }
+    if (code == zklock::make_error_code(zklock::errc::ssl_connection_error) ||
+        code == zklock::make_error_code(zklock::errc::not_supported))
+      throw exit_error{exit_code::config, at + tidy(e.what())};
     auto err = classify(e);
     if (err.code == exit_code::software) err.code = exit_code::unavailable;
     err.message = at + err.message;

@@ -75,6 +75,7 @@ class category final : public std::error_category {
       case errc::cancelled: return "asynchronous acquire cancelled by its stop token";
       case errc::contender_deleted: return "our waiting contender node was deleted by someone else";
       case errc::path_kind_mismatch: return "the path is another kind's (a lock's path used as a semaphore, or the reverse)";
+      case errc::not_supported: return "not supported by the ZooKeeper C client zklock was built on (see tools/setup --with-tls-sasl)";
       default: break;
     }
     if (const char* m = zookeeper_message(v)) return std::string{m} + " (ZooKeeper " + std::to_string(v) + ")";
@@ -96,6 +97,7 @@ class category final : public std::error_category {
       case errc::no_node: return std::errc::no_such_file_or_directory;
       case errc::node_exists: return std::errc::file_exists;
       case errc::cancelled: return std::errc::operation_canceled;
+      case errc::not_supported: return std::errc::not_supported;
       default: return {v, *this};
     }
   }

@@ -79,15 +79,18 @@ enum class errc : int {
                            ///< wait_context's token (a blocking try returns false instead)
   contender_deleted = 9,   ///< our contender node was deleted by someone else (not by this
                            ///< session) while it waited: the acquire fails, nothing is granted
-  path_kind_mismatch = 10  ///< the path is another kind's: a semaphore opened on a lock's path (or
+  path_kind_mismatch = 10, ///< the path is another kind's: a semaphore opened on a lock's path (or
                            ///< on a node that stores no lease count), a lock queued on a semaphore's
                            ///< path, or a queue that shows both kinds' nodes; nothing is granted
+  not_supported = 11       ///< the options ask for what the C client zklock was built on cannot do
+                           ///< (TLS, SASL): see docs/security.md, tools/setup --with-tls-sasl
 };
 
 /// Returns: the one "zklock" category object. Its codes match these std::errc conditions:
 /// timed_out (operation_timeout, connect_timeout, lock_timeout), not_connected (connection_loss),
 /// invalid_argument (bad_arguments), permission_denied (no_auth, auth_failed),
-/// no_such_file_or_directory (no_node), file_exists (node_exists), operation_canceled (cancelled); other codes none of std::errc.
+/// no_such_file_or_directory (no_node), file_exists (node_exists), operation_canceled (cancelled),
+/// not_supported (not_supported); other codes none of std::errc.
 const std::error_category& error_category() noexcept;
 
 /// Returns: {e, error_category()}; found by ADL so that std::error_code{errc::...} works.

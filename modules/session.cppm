@@ -71,6 +71,40 @@ struct acl_entry {
 /// Throws: std::invalid_argument if user is empty or contains ':' (as digest()).
 std::string digest_id(std::string_view user, std::string_view password);
 
+/// TLS to the servers (their secureClientPort). Needs zklock built on a C client with TLS
+/// (`tools/setup --with-tls-sasl`, then a new build: see docs/security.md); has_tls() says. The
+/// ZooKeeper C client 3.8 checks the server's certificate chain against `ca_file`, not its host
+/// name, and always presents a certificate of its own (mutual TLS): all three files are needed.
+struct tls_options {
+  std::string ca_file;       ///< PEM: the certificates (CAs) that may sign a server's
+  std::string cert_file;     ///< PEM: this client's certificate (chain)
+  std::string key_file;      ///< PEM: its private key
+  std::string key_password;  ///< the key file's passphrase, if it is encrypted (empty: none)
+};
+
+/// Returns: whether this zklock's C client can connect with TLS (session_options::tls).
+bool has_tls() noexcept;
+
+/// SASL authentication of the session (the servers' SASLAuthenticationProvider), through Cyrus
+/// SASL's client (its mechanism plugins: Debian's libsasl2-modules for DIGEST-MD5,
+/// libsasl2-modules-gssapi-mit for GSSAPI). Needs zklock built on a C client with SASL
+/// (`tools/setup --with-tls-sasl`); has_sasl() says. The session's identity on the server is then
+/// sasl:<user> (DIGEST-MD5) or the Kerberos principal (GSSAPI): ACLs may name it, and the
+/// default ACL of the nodes zklock creates gives it every permission (as with `auth`).
+struct sasl_options {
+  std::string mechanism = "DIGEST-MD5";  ///< the SASL mechanism: "DIGEST-MD5", "GSSAPI", ...
+  std::string service = "zookeeper";     ///< the servers' service name
+  /// The server name the mechanism authenticates: for DIGEST-MD5 ZooKeeper's "zk-sasl-md5" (unless
+  /// the servers set another); for GSSAPI the servers' host name, as in their principal.
+  std::string host = "zk-sasl-md5";
+  std::string user;      ///< who this session is (DIGEST-MD5: required; GSSAPI: from the ticket)
+  std::string password;  ///< the user's secret (DIGEST-MD5: required; GSSAPI: unused, see the keytab)
+  std::string realm;     ///< the realm, if the mechanism asks for one (empty: none)
+};
+
+/// Returns: whether this zklock's C client can authenticate with SASL (session_options::sasl).
+bool has_sasl() noexcept;
+
 /// How to open a session.
 struct session_options {
   std::string connect;  ///< "host:port[,host:port...][/chroot]"
@@ -81,8 +115,8 @@ struct session_options {
   std::vector<auth_info> auth;
   /// The ACL of every node zklock creates: lock nodes and their missing parents (containers),
   /// contender nodes, semaphore nodes, the records of tools. Nodes that exist already keep theirs.
-  /// Empty (the default): with credentials, the creator's identities get every permission and
-  /// everybody else READ ({perm::all, "auth", ""}, {perm::read, "world", "anyone"}); without,
+  /// Empty (the default): with credentials (auth, or sasl), the creator's identities get every
+  /// permission and everybody else READ ({perm::all, "auth", ""}, {perm::read, "world", "anyone"}); without,
   /// everybody gets every permission. A chosen ACL must let this session read, create and delete
   /// children (READ, CREATE and DELETE through world:anyone, auth, one of its digest ids, or a
   /// scheme zklock cannot judge, such as ip): else its contenders could queue but never leave.
@@ -118,6 +152,12 @@ struct session_options {
   /// (until it has one: looked ahead). Zero: always look ahead; microseconds::max(): never.
   /// Applies to the predecessor watch strategy.
   std::chrono::microseconds look_ahead_round_trip{1000};
+  /// TLS to the servers (the connect string names their secureClientPort); unset (the default):
+  /// plain TCP.
+  std::optional<tls_options> tls;
+  /// SASL authentication, when the session connects; unset (the default): none. The ZooKeeper C
+  /// client 3.8 cannot combine it with tls in one session.
+  std::optional<sasl_options> sasl;
 };
 
 /// Receives one line of the ZooKeeper C client's log. Called on the client's threads, so it must
@@ -154,8 +194,13 @@ class session {
   /// empty scheme, a NUL character or over 64 KiB in all, or an acl entry with an empty scheme,
   /// perms outside 1..31, a NUL character, world other than "anyone", digest not "user:hash",
   /// auth without credentials, over 64 KiB in all, or an acl that would not let this session read,
-  /// create and delete children (see session_options::acl); auth_failed (or the server's code) if
-  /// credentials are refused.
+  /// create and delete children (see session_options::acl), or tls with a file name empty, with a
+  /// comma or a NUL character, or not readable; not_supported for tls where has_tls() is false;
+  /// auth_failed (or the server's code) if credentials are refused; ssl_connection_error if the TLS
+  /// handshake failed with every server of the connect string (OpenSSL's reason in what());
+  /// std::invalid_argument for sasl with an empty mechanism, service or host, DIGEST-MD5 without
+  /// a user or password, or a NUL character; not_supported for sasl where has_sasl() is false, or
+  /// for tls and sasl together; auth_failed if the servers refuse the SASL authentication.
   explicit session(session_options options);
 
   /// Effects: close(). Never throws.

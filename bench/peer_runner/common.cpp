@@ -69,9 +69,12 @@ extern "C" void peer_quiet_log(const char*) {}
 std::unique_ptr<zklock::session> open_session(const std::string& hosts) {
   zklock::session_options o;
   o.connect = hosts;
+  if (!cfg.tls_dir.empty() && hosts == cfg.zk) o.connect = cfg.tls_zk;
   o.session_timeout = kSessionTimeout;
   o.connect_timeout = 30s;
   o.background_release = cfg.background_release;
+  if (!cfg.tls_dir.empty())
+    o.tls = zklock::tls_options{cfg.tls_dir + "/ca.pem", cfg.tls_dir + "/client.pem", cfg.tls_dir + "/client.key", ""};
   return std::make_unique<zklock::session>(std::move(o));
 }
 

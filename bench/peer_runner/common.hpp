@@ -54,6 +54,9 @@ struct config {
   bool children = true;
   bool background_release = true;
   std::string base;  // /bench/zklock/<pid>
+  // --tls-dir DIR --tls-zk HOSTS (not the peers' contract): zklock's sessions over TLS to HOSTS with
+  // DIR/ca.pem, client.pem, client.key (a `tools/zk start --tls` server); raw handles stay on --zk.
+  std::string tls_dir, tls_zk;
 };
 /// The flags (main.cpp parses them).
 extern config cfg;

@@ -54,6 +54,8 @@ void parse_flags(int argc, char** argv) {
     else if (k == "--dur") cfg.dur = std::stod(v);
     else if (k == "--herd") cfg.herd = std::max(1, to_int(k, v));
     else if (k == "--tag") cfg.tag = v;
+    else if (k == "--tls-dir") cfg.tls_dir = v;  // not the peers' contract: zklock over TLS (docs/security.md)
+    else if (k == "--tls-zk") cfg.tls_zk = v;
     else if (k == "--threads") {
       cfg.threads.clear();
       for (const auto& t : zkt::split(v, ',')) cfg.threads.push_back(std::max(1, to_int(k, t)));

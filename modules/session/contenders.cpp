@@ -60,10 +60,10 @@ chosen_acl::chosen_acl(const session_options& o) {
 }
 
 /// Returns: the ACL of the nodes zklock creates: session_options::acl if it chooses one, else
-/// creator-all + world-read with credentials (see above), ZOO_OPEN_ACL_UNSAFE without.
+/// creator-all + world-read with credentials or SASL (see above), ZOO_OPEN_ACL_UNSAFE without.
 ACL_vector* contender_acl(session_impl& s) {
   if (s.acl.vector.count > 0) return &s.acl.vector;
-  return s.opts.auth.empty() ? &ZOO_OPEN_ACL_UNSAFE : &CREATOR_ALL_WORLD_READ_ACL;
+  return s.opts.auth.empty() && !s.opts.sasl ? &ZOO_OPEN_ACL_UNSAFE : &CREATOR_ALL_WORLD_READ_ACL;
 }
 
 /// Creates every missing ancestor of `path` and `path` itself as container nodes: `path` first

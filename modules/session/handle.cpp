@@ -37,6 +37,9 @@ module;
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#if ZKLOCK_HAVE_TLS
+#include <openssl/err.h>
+#endif
 #include "zklock_zk_client.h"  // the C client, zklock's private copy (cmake/zklockPrivateClient.cmake)
 module zklock;
 import :session_impl;
@@ -110,6 +113,81 @@ extern "C" int zklock_zk_adaptor_send_queue(zhandle_t* zh, int timeout) {
 namespace {
 thread_local const io_loop* t_loop = nullptr;  // the loop whose thread this is
 
+#if ZKLOCK_HAVE_SASL
+/// What Cyrus SASL's client asks of a handle (session_options::sasl), for as long as the handle
+/// lives: the C client keeps a pointer to the callback array, and calls them while it connects.
+struct sasl_answers {
+  std::string user, realm;
+  std::vector<unsigned char> secret;  // a sasl_secret_t: its length, then the password
+  sasl_callback_t callbacks[5];
+
+  explicit sasl_answers(const sasl_options& o) : user{o.user}, realm{o.realm} {
+    secret.resize(sizeof(sasl_secret_t) + o.password.size());
+    auto* s = reinterpret_cast<sasl_secret_t*>(secret.data());
+    s->len = static_cast<unsigned long>(o.password.size());
+    std::memcpy(s->data, o.password.data(), o.password.size());
+    callbacks[0] = {SASL_CB_USER, as_callback(&simple), this};
+    callbacks[1] = {SASL_CB_AUTHNAME, as_callback(&simple), this};
+    callbacks[2] = {SASL_CB_PASS, as_callback(&pass), this};
+    callbacks[3] = {SASL_CB_GETREALM, as_callback(&get_realm), this};
+    callbacks[4] = {SASL_CB_LIST_END, nullptr, nullptr};
+  }
+  /// Cyrus SASL's table stores every callback as int(*)(void), and calls each with the signature
+  /// its id names: the cast is its API's.
+  template <class F>
+  static auto as_callback(F* f) noexcept -> int (*)() {
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wcast-function-type-mismatch"
+    return reinterpret_cast<int (*)()>(f);
+#pragma clang diagnostic pop
+  }
+  sasl_answers(const sasl_answers&) = delete;
+  sasl_answers& operator=(const sasl_answers&) = delete;
+  ~sasl_answers() { std::fill(secret.begin(), secret.end(), 0); }
+
+  static int simple(void* self, int id, const char** result, unsigned* len) {
+    const auto* a = static_cast<const sasl_answers*>(self);
+    if (id != SASL_CB_USER && id != SASL_CB_AUTHNAME) return SASL_BADPARAM;
+    *result = a->user.c_str();
+    if (len) *len = static_cast<unsigned>(a->user.size());
+    return SASL_OK;
+  }
+  static int pass(sasl_conn_t*, void* self, int id, sasl_secret_t** out) {
+    auto* a = static_cast<sasl_answers*>(self);
+    if (id != SASL_CB_PASS) return SASL_BADPARAM;
+    *out = reinterpret_cast<sasl_secret_t*>(a->secret.data());
+    return SASL_OK;
+  }
+  static int get_realm(void* self, int id, const char** available, const char** result) {
+    const auto* a = static_cast<const sasl_answers*>(self);
+    if (id != SASL_CB_GETREALM) return SASL_BADPARAM;
+    *result = !a->realm.empty() ? a->realm.c_str() : (available && *available ? *available : "");
+    return SASL_OK;
+  }
+};
+
+/// Returns: whether Cyrus SASL's client side is initialised (once per process).
+bool sasl_client_ready() {
+  static const int rc = sasl_client_init(nullptr);
+  return rc == SASL_OK;
+}
+#endif
+
+/// Returns: why this thread's last TLS handshake failed, as OpenSSL says (its error queue is the
+/// thread's: the loop's, where the C client ran the handshake), which it then clears.
+std::string tls_reason() {
+#if ZKLOCK_HAVE_TLS
+  std::string reason;
+  while (const unsigned long e = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof text);
+    reason = text;  // the last is the one that ended the handshake
+  }
+  if (!reason.empty()) return reason;
+#endif
+  return "the connection closed during the handshake (the server may have refused our certificate)";
+}
+
 /// While it lives, the thread's writes to a socket are held (MSG_MORE, see zklock_zk_sys_send); its
 /// end sends what they left held at once. For the loop's turns: one reply batch can resume hundreds
 /// of asynchronous steps, each sending a request or two, which otherwise left as a packet each (a
@@ -148,7 +226,34 @@ bool io_loop::open(const std::string& connect, watcher_fn watcher, int timeout_m
   // No lock: no other thread knows the handle before its loop starts (and open_handle calls this
   // holding handle.mu, which the loop's completions take after mu_).
   errno = 0;
-  zh_ = zookeeper_init2(connect.c_str(), watcher, timeout_ms, id, context, 0, &zk_log_line);
+  if (const auto& tls = ctx.impl->opts.tls) {
+#if ZKLOCK_HAVE_TLS
+    // The C client's form: "ca,cert,key[,passphrase]" (validate_tls refused commas in them). It
+    // takes no log callback here: set right after, before its loop first runs.
+    std::string files = tls->ca_file + "," + tls->cert_file + "," + tls->key_file;
+    if (!tls->key_password.empty()) files += "," + tls->key_password;
+    zh_ = zookeeper_init_ssl(connect.c_str(), files.c_str(), watcher, timeout_ms, id, context, 0);
+    std::fill(files.begin(), files.end(), '\0');
+    if (zh_) zoo_set_log_callback(zh_, &zk_log_line);
+#else
+    errno = ENOTSUP;  // not reached: validate_tls refuses it first
+#endif
+  } else if (const auto& sasl = ctx.impl->opts.sasl) {
+#if ZKLOCK_HAVE_SASL
+    if (!sasl_client_ready()) {
+      errno = ENOTSUP;  // Cyrus SASL could not start (no plugins?)
+      return false;
+    }
+    auto answers = std::make_shared<sasl_answers>(*sasl);
+    zoo_sasl_params_t params{sasl->service.c_str(), sasl->host.c_str(), sasl->mechanism.c_str(), answers->callbacks};
+    zh_ = zookeeper_init_sasl(connect.c_str(), watcher, timeout_ms, id, context, 0, &zk_log_line, &params);
+    sasl_ = std::move(answers);  // the handle reads them until it is closed (the loop's end)
+#else
+    errno = ENOTSUP;  // not reached: validate_sasl refuses it first
+#endif
+  } else {
+    zh_ = zookeeper_init2(connect.c_str(), watcher, timeout_ms, id, context, 0, &zk_log_line);
+  }
   if (!zh_) return false;
   // By default the client resolves its server list each time its I/O loop checks the socket
   // (getaddrinfo: a netlink socket and /etc/hosts, about ten system calls, several times per
@@ -252,7 +357,13 @@ void io_loop::run() {
     if (stop_.load()) continue;  // closes above
     const send_batch batch;
     run_deferred();
-    zookeeper_process(zh_, events);
+    if (zookeeper_process(zh_, events) == ZSSLCONNECTIONERROR) ctx.impl->states.on_tls_failure(ctx.generation, tls_reason());
+    // A SASL authentication the server refused puts the handle in AUTH_FAILED without a session
+    // event (the C client 3.8's zoo_sasl_mark_failed): tell the state machine as if there was one.
+    if (ctx.impl->opts.sasl && !sasl_failed_ && zoo_state(zh_) == ZOO_AUTH_FAILED_STATE) {
+      sasl_failed_ = true;
+      ctx.impl->states.on_client_state(ctx.generation, ZOO_AUTH_FAILED_STATE, zh_);
+    }
   }
 }
 
@@ -292,16 +403,41 @@ std::pair<std::stop_source, std::uint64_t> state_machine::begin_generation() {
   reopen_refused_ = false;
   connected_once_ = false;
   auth_failed_ = false;
+  tls_failures_ = 0;
+  tls_reason_.clear();
   sid_ = 0;
   post(session_state::connecting);
   return {std::move(old_loss), gen_};
 }
 
 state_machine::opened state_machine::wait_opened(clock::time_point deadline) {
+  // A handshake that failed once with every server of the connect string ends the wait: the
+  // certificates will not change by waiting. (Later, a connected session's reconnections keep
+  // trying, as they do after any other failure.)
+  const std::string_view hosts = std::string_view{opts_.connect}.substr(0, opts_.connect.find('/'));
+  const auto servers = static_cast<std::size_t>(1 + std::ranges::count(hosts, ','));
   std::unique_lock lk{mu_};
-  if (!cv_.wait_until(lk, deadline, [&] { return st_ == session_state::connected || auth_failed_ || closed_; }))
+  if (!cv_.wait_until(lk, deadline, [&] {
+        return st_ == session_state::connected || auth_failed_ || closed_ || tls_failures_ >= servers;
+      }))
     return opened::timed_out;
+  if (st_ != session_state::connected && !closed_ && !auth_failed_) return opened::tls_failed;
   return auth_failed_ ? opened::auth_failed : opened::ready;
+}
+
+void state_machine::on_tls_failure(std::uint64_t g, std::string reason) {
+  {
+    std::lock_guard lk{mu_};
+    if (g != gen_ || connected_once_) return;
+    ++tls_failures_;
+    tls_reason_ = std::move(reason);
+  }
+  cv_.notify_all();
+}
+
+std::string state_machine::tls_failure() const {
+  std::lock_guard lk{mu_};
+  return tls_reason_;
 }
 
 void state_machine::open_failed(bool first) {
@@ -367,7 +503,18 @@ void session_impl::open_handle(bool first) {
   if (opened == state_machine::opened::timed_out)
     fail(errc::connect_timeout, "zklock::session: no session with \"" + opts.connect + "\" within " +
                                     std::to_string(opts.connect_timeout.count()) + " ms");
-  if (opened == state_machine::opened::auth_failed) fail(errc::auth_failed, "zklock::session: authentication failed");
+  if (opened == state_machine::opened::auth_failed) {
+    if (opts.sasl)
+      fail(errc::auth_failed, "zklock::session: SASL authentication (" + opts.sasl->mechanism +
+                                  (opts.sasl->user.empty() ? "" : " as " + opts.sasl->user) +
+                                  ") refused by the server");
+    fail(errc::auth_failed, "zklock::session: authentication failed");
+  }
+  if (opened == state_machine::opened::tls_failed)
+    fail(errc::ssl_connection_error, "zklock::session: the TLS handshake with \"" + opts.connect +
+                                         "\" failed: " + states.tls_failure() +
+                                         " (check the TLS options: the CA file must hold the CA that signed "
+                                         "the servers' certificates, and the servers must trust this client's)");
   // Each credential in order, each answered before the next is sent; the C client keeps them all
   // and sends them again on every reconnection.
   for (const auth_info& auth : opts.auth) {

@@ -6,6 +6,7 @@
 module;
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 #include <sys/socket.h>
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
@@ -313,7 +314,7 @@ void validate_acl(const session_options& options) {
     if (e.scheme == "world") {
       if (e.id != "anyone") throw std::invalid_argument(what + "the world scheme has one id, \"anyone\"");
     } else if (e.scheme == "auth") {
-      if (options.auth.empty())
+      if (options.auth.empty() && !options.sasl)
         throw std::invalid_argument(what + "the auth scheme stands for the session's credentials, and it has none");
     } else if (e.scheme == "digest") {
       const auto colon = e.id.find(':');
@@ -339,7 +340,65 @@ void validate_acl(const session_options& options) {
                                 "creates: give them to world:anyone, auth, or its digest id)");
   }
 }
+
+/// Throws: errc::not_supported: session_options::`option` asks for `feature`, which the C client
+/// this zklock was built on lacks; says how to get one.
+[[noreturn]] void not_built_with(const char* feature, const char* option) {
+  detail::throw_error(errc::not_supported, std::string{"zklock::session: session_options::"} + option + " asks for " +
+                                               feature + ", but this zklock was built on a ZooKeeper C client without "
+                                               "it (Debian's). Run tools/setup --with-tls-sasl and build zklock again "
+                                               "(see docs/security.md)");
+}
+
+/// Effects: checks options.tls (see session's constructor). Throws: std::invalid_argument;
+/// errc::not_supported where the C client has no TLS.
+void validate_tls(const session_options& o) {
+  if (!o.tls) return;
+  if (!has_tls()) not_built_with("TLS", "tls");
+  auto file = [](const std::string& f, const char* name) {
+    const std::string what = std::string{"zklock::session: tls."} + name;
+    if (f.empty()) throw std::invalid_argument(what + " is empty (the ZooKeeper C client needs all three files)");
+    // The C client takes the files as one comma-separated string.
+    if (f.find(',') != std::string::npos || f.find('\0') != std::string::npos)
+      throw std::invalid_argument(what + " \"" + f + "\" contains a comma or a NUL character");
+    if (::access(f.c_str(), R_OK) != 0) throw std::invalid_argument(what + " \"" + f + "\" is not a readable file");
+  };
+  file(o.tls->ca_file, "ca_file");
+  file(o.tls->cert_file, "cert_file");
+  file(o.tls->key_file, "key_file");
+  if (o.tls->key_password.find(',') != std::string::npos || o.tls->key_password.find('\0') != std::string::npos)
+    throw std::invalid_argument("zklock::session: tls.key_password contains a comma or a NUL character "
+                                "(the C client cannot pass it on)");
+}
+
+/// Effects: checks options.sasl (see session's constructor). Throws: std::invalid_argument;
+/// errc::not_supported where the C client has no SASL, or with tls.
+void validate_sasl(const session_options& o) {
+  if (!o.sasl) return;
+  if (!has_sasl()) not_built_with("SASL", "sasl");
+  if (o.tls)
+    detail::throw_error(errc::not_supported,
+                        "zklock::session: the ZooKeeper C client 3.8 cannot use TLS and SASL in one session: give "
+                        "session_options::tls or sasl, not both");
+  const sasl_options& a = *o.sasl;
+  auto text = [](const std::string& v, const char* name, bool required) {
+    if (required && v.empty()) throw std::invalid_argument(std::string{"zklock::session: sasl."} + name + " is empty");
+    if (v.find('\0') != std::string::npos)
+      throw std::invalid_argument(std::string{"zklock::session: sasl."} + name + " contains a NUL character");
+  };
+  text(a.mechanism, "mechanism", true);
+  text(a.service, "service", true);
+  text(a.host, "host", true);
+  const bool digest = a.mechanism == "DIGEST-MD5";
+  text(a.user, "user", digest);
+  text(a.password, "password", digest);
+  text(a.realm, "realm", false);
+}
 }  // namespace
+
+bool has_tls() noexcept { return ZKLOCK_HAVE_TLS != 0; }
+
+bool has_sasl() noexcept { return ZKLOCK_HAVE_SASL != 0; }
 
 session::session(std::string_view connect) : session(from_connect(connect)) {}
 
@@ -353,6 +412,8 @@ session::session(session_options options) {
     throw std::invalid_argument("zklock::session: session_timeout is unreasonably long");
   validate_auth(options);
   validate_acl(options);
+  validate_tls(options);
+  validate_sasl(options);
   if (options.loss_tolerance < std::chrono::milliseconds::zero())
     throw std::invalid_argument("zklock::session: loss_tolerance must not be negative (zero = the default)");
   if (options.look_ahead_round_trip < std::chrono::microseconds::zero())

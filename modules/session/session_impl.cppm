@@ -278,10 +278,16 @@ class state_machine {
   /// Throws: errc::session_closed after close().
   std::pair<std::stop_source, std::uint64_t> begin_generation();
   /// How waiting for a new handle's session ended (wait_opened).
-  enum class opened { ready, auth_failed, timed_out };
-  /// Effects: waits until the new handle is connected, its credentials are refused, the session is
-  /// closed (ready: the next call fails) or `deadline` passes.
+  enum class opened { ready, auth_failed, tls_failed, timed_out };
+  /// Effects: waits until the new handle is connected, its credentials are refused, its TLS
+  /// handshake failed with every server of the connect string, the session is closed (ready: the
+  /// next call fails) or `deadline` passes.
   opened wait_opened(clock::time_point deadline);
+  /// Effects: the TLS handshake of generation `g`'s handle failed, for `reason` (counted until it
+  /// first connects).
+  void on_tls_failure(std::uint64_t g, std::string reason);
+  /// Returns: the reason of the last TLS handshake that failed.
+  std::string tls_failure() const;
   /// Effects: the new handle failed: `closed` if it was the first (the constructor throws), else `expired`.
   void open_failed(bool first);
 
@@ -343,6 +349,8 @@ class state_machine {
   std::uint64_t gen_ = 0;
   std::int64_t sid_ = 0;
   std::chrono::milliseconds negotiated_{0};
+  std::size_t tls_failures_ = 0;  // handshakes failed since the generation began, until it connects
+  std::string tls_reason_;        // OpenSSL's reason for the last
   bool closed_ = false;
   bool connected_once_ = false;  // on this handle
   bool auth_failed_ = false;     // on this handle
@@ -718,6 +726,8 @@ class io_loop {
 
   recursive_lock mu_;
   zhandle_t* zh_ = nullptr;   // guarded by mu_
+  std::shared_ptr<void> sasl_;  // with session_options::sasl: what the handle's SASL callbacks read
+  bool sasl_failed_ = false;    // its refusal reported (the loop's thread only)
   bool closing_ = false;      // guarded by mu_
   int fd_ = -1;               // the socket the loop polls, -1 while it runs (guarded by mu_)
   bool polls_write_ = false;  // whether it polls for writing (guarded by mu_)

@@ -233,7 +233,29 @@ zklock::session_options options(std::chrono::milliseconds session_timeout) {
   const char* look = std::getenv("ZKLOCK_TEST_LOOK_AHEAD");
   o.look_ahead_round_trip = look && std::string_view{look} == "never" ? std::chrono::microseconds::max()
                                                                       : std::chrono::microseconds::zero();
+  // ZKLOCK_TEST_OVER_TLS=1 (a suite's run over TLS, on a `tools/zk start --tls` server): the
+  // sessions made from these options connect to its TLS port, with its trusted client's keys.
+  if (const char* t = std::getenv("ZKLOCK_TEST_OVER_TLS"); t && std::string_view{t} == "1") {
+    o.connect = tls_connect();
+    if (o.connect.empty()) ADD_FAILURE() << "ZKLOCK_TEST_OVER_TLS=1 without a TLS server (tools/zk start --tls)";
+    o.tls = tls_keys();
+  }
   return o;
+}
+
+std::string tls_connect() {
+  const char* c = std::getenv("ZKLOCK_TEST_ZK_TLS");
+  return c ? c : "";
+}
+
+zklock::tls_options tls_keys(std::string_view ca, std::string_view client) {
+  const char* d = std::getenv("ZKLOCK_TEST_ZK_DIR");
+  const std::string dir = std::string{d ? d : "."} + "/tls/";
+  zklock::tls_options t;
+  t.ca_file = dir + std::string{ca} + ".pem";
+  t.cert_file = dir + std::string{client} + ".pem";
+  t.key_file = dir + std::string{client} + ".key";
+  return t;
 }
 
 int free_port() {
@@ -364,7 +386,7 @@ std::string run_capture(const std::string& cmd) {
 }
 }  // namespace
 
-private_server::private_server(int nodes, int tick_ms) {
+private_server::private_server(int nodes, int tick_ms, const std::string& start_options) {
   const char* tools = std::getenv("ZKLOCK_TOOLS");
   const std::string zk = std::string{tools && *tools ? tools : ZKLOCK_SOURCE_DIR "/tools"} + "/zk";
   static std::atomic<int> n{0};
@@ -373,7 +395,7 @@ private_server::private_server(int nodes, int tick_ms) {
              .string();
   dir_ = zk + "\x1f" + dir_;  // remember the tool beside the dir
   connect_ = tool("start \"$D\" --nodes " + std::to_string(nodes) + " --tick " + std::to_string(tick_ms) +
-                  " --owner " + std::to_string(::getpid()));
+                  " " + start_options + " --owner " + std::to_string(::getpid()));
   if (const char* c = std::getenv("ZKLOCK_TEST_ZK")) saved_ = c;
   ::setenv("ZKLOCK_TEST_ZK", connect_.c_str(), 1);
 }

@@ -59,6 +59,14 @@ long long server_watch_count();
 /// one handoff ahead (or, with ZKLOCK_TEST_LOOK_AHEAD=never, that never do).
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
 
+/// Returns: the TLS address of a `tools/zk start --tls` server (ZKLOCK_TEST_ZK_TLS), or "" if the
+/// fixture has none.
+std::string tls_connect();
+
+/// Returns: TLS options with the throw-away files of that server (ZKLOCK_TEST_ZK_DIR/tls): CA file
+/// `ca`.pem, client certificate and key `client`.pem / .key (see make_tls_material in tools/zk).
+zklock::tls_options tls_keys(std::string_view ca = "ca", std::string_view client = "client");
+
 /// Returns: a TCP port on 127.0.0.1 where nothing listens (bound once to port 0, then released).
 int free_port();
 
@@ -114,7 +122,8 @@ namespace zkt {
 /// not disturb other tests. While it lives, ZKLOCK_TEST_ZK names it (so the helpers above use it).
 class private_server {
  public:
-  explicit private_server(int nodes = 1, int tick_ms = 100);
+  /// `start_options`: more options of `tools/zk start`, e.g. "--sasl-required".
+  explicit private_server(int nodes = 1, int tick_ms = 100, const std::string& start_options = "");
   ~private_server();
   private_server(const private_server&) = delete;
   private_server& operator=(const private_server&) = delete;

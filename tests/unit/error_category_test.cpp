@@ -28,15 +28,17 @@ TEST(ErrorCategory, MapsEveryZooKeeperCode) {
 TEST(ErrorCategory, OwnErrorsHaveMessagesAndConditions) {
   for (auto e : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
                  zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::contender_deleted, zklock::errc::not_held,
-                 zklock::errc::lease_count_mismatch, zklock::errc::cancelled, zklock::errc::path_kind_mismatch}) {
+                 zklock::errc::lease_count_mismatch, zklock::errc::cancelled, zklock::errc::path_kind_mismatch,
+                 zklock::errc::not_supported}) {
     EXPECT_EQ(std::error_code{e}.message().find("unknown"), std::string::npos);
     for (auto other : {zklock::errc::connect_timeout, zklock::errc::chroot_missing, zklock::errc::session_closed,
                        zklock::errc::lock_timeout, zklock::errc::lock_lost, zklock::errc::contender_deleted,
                        zklock::errc::not_held, zklock::errc::lease_count_mismatch, zklock::errc::cancelled,
-                       zklock::errc::path_kind_mismatch})
+                       zklock::errc::path_kind_mismatch, zklock::errc::not_supported})
       if (other != e) EXPECT_NE(std::error_code{e}.message(), std::error_code{other}.message()) << "one message, two codes";
   }
   EXPECT_TRUE(std::error_code{zklock::errc::cancelled} == std::errc::operation_canceled);
+  EXPECT_TRUE(std::error_code{zklock::errc::not_supported} == std::errc::not_supported);
   EXPECT_FALSE(std::error_code{zklock::errc::lock_timeout} == std::errc::operation_canceled);
   EXPECT_TRUE(std::error_code{zklock::errc::lock_timeout} == std::errc::timed_out);
   EXPECT_TRUE(std::error_code{zklock::errc::connection_loss} == std::errc::not_connected);
