@@ -6,6 +6,7 @@
 // refused before anything is sent; a zklock built on a C client without TLS says how to get one.
 // The lock suites' core cases run over TLS too (tests/CMakeLists.txt: lock_tests_tls).
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -115,6 +116,13 @@ TEST(Tls, AClientThatTrustsAnotherCaIsRefusedAtOnce) {
   ZKT_NEED_TLS();
   zkt::expect_refused_at_once(over_tls("other-ca", "client"), zklock::errc::ssl_connection_error,
                               "a server whose certificate no trusted CA signed", "certificate verify failed");
+  // Only the CA file counts, not OpenSSL's default store (tools/build-zookeeper-client's patch): with
+  // the server's CA as that store, the client that trusts another CA is still refused. (No session
+  // of this process is open here: the environment is not read by another thread meanwhile.)
+  ::setenv("SSL_CERT_FILE", zkt::tls_keys().ca_file.c_str(), 1);
+  zkt::expect_refused_at_once(over_tls("other-ca", "client"), zklock::errc::ssl_connection_error,
+                              "the server's CA in OpenSSL's default store only", "certificate verify failed");
+  ::unsetenv("SSL_CERT_FILE");
 }
 
 TEST(Tls, AClientTheServerDoesNotTrustIsRefused) {
