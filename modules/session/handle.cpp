@@ -185,7 +185,8 @@ std::string tls_reason() {
   }
   if (!reason.empty()) return reason;
 #endif
-  return "the connection closed during the handshake (the server may have refused our certificate)";
+  return "the handshake did not complete (the server closed the connection, may have refused our certificate, or "
+         "did not answer in time)";
 }
 
 /// While it lives, the thread's writes to a socket are held (MSG_MORE, see zklock_zk_sys_send); its

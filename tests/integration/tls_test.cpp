@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -130,6 +131,31 @@ TEST(Tls, AClientTheServerDoesNotTrustIsRefused) {
   // The server demands a client certificate it trusts.
   zkt::expect_refused_at_once(over_tls("ca", "stranger"), zklock::errc::ssl_connection_error,
                               "a client certificate the server does not trust", "alert");
+}
+
+TEST(Tls, AServerSilentInTheHandshakeNeitherHangsTheSessionNorItsClose) {
+  if (!zklock::has_tls()) GTEST_SKIP() << "zklock was built on a ZooKeeper C client without TLS: tools/setup --with-tls-sasl";
+  zkt::private_server srv{1, 100, "--tls"};
+  std::string tls_connect;
+  std::ifstream{srv.dir() + "/tls_connect"} >> tls_connect;
+  auto o = zkt::options(std::chrono::milliseconds{3000});
+  o.connect = tls_connect;
+  o.tls = zklock::tls_options{srv.dir() + "/tls/ca.pem", srv.dir() + "/tls/client.pem", srv.dir() + "/tls/client.key", ""};
+  o.connect_timeout = 2s;
+  srv.pause();  // the kernel still accepts the connection; nobody answers the ClientHello
+  auto opening = std::async(std::launch::async, [o] {
+    try {
+      zklock::session s{o};
+      return std::error_code{};
+    } catch (const std::system_error& e) {
+      return e.code();
+    }
+  });
+  const bool ended = opening.wait_for(20s) == std::future_status::ready;
+  srv.resume();  // (if it hangs in the handshake, this lets it end, so that the test can)
+  ASSERT_TRUE(ended) << "the constructor (or the close of its handle) hangs in the TLS handshake";
+  const auto code = opening.get();
+  EXPECT_TRUE(code == zklock::errc::connect_timeout || code == zklock::errc::ssl_connection_error) << code.message();
 }
 
 TEST(Tls, APlainClientOnTheTlsPortGetsNoSession) {

@@ -400,6 +400,8 @@ private_server::private_server(int nodes, int tick_ms, const std::string& start_
   ::setenv("ZKLOCK_TEST_ZK", connect_.c_str(), 1);
 }
 
+std::string private_server::dir() const { return dir_.substr(dir_.find('\x1f') + 1); }
+
 private_server::~private_server() {
   try {
     tool("stop \"$D\"");

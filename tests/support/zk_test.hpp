@@ -137,6 +137,8 @@ class private_server {
   int port(int node) const;   ///< Returns: the client port of member `node` (1-based)
   /// Returns: the client connections member `node` serves ("srvr"), or -1 if it does not answer.
   long long connections(int node) const;
+  /// Returns: the server's state directory (tools/zk's DIR: e.g. DIR/tls, DIR/tls_connect).
+  std::string dir() const;
  private:
   std::string tool(const std::string& args) const;
   std::string dir_, connect_, saved_;
