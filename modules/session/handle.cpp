@@ -174,7 +174,8 @@ bool sasl_client_ready() {
 #endif
 
 /// Returns: why this thread's last TLS handshake failed, as OpenSSL says (its error queue is the
-/// thread's: the loop's, where the C client ran the handshake), which it then clears.
+/// thread's: the loop's, where the C client ran the handshake), which it then clears; empty if
+/// OpenSSL says nothing: the handshake ran out of time (a slow or silent server), no refusal.
 std::string tls_reason() {
 #if ZKLOCK_HAVE_TLS
   std::string reason;
@@ -183,10 +184,10 @@ std::string tls_reason() {
     ERR_error_string_n(e, text, sizeof text);
     reason = text;  // the last is the one that ended the handshake
   }
-  if (!reason.empty()) return reason;
+  return reason;
+#else
+  return {};
 #endif
-  return "the handshake did not complete (the server closed the connection, may have refused our certificate, or "
-         "did not answer in time)";
 }
 
 /// While it lives, the thread's writes to a socket are held (MSG_MORE, see zklock_zk_sys_send); its
@@ -358,7 +359,11 @@ void io_loop::run() {
     if (stop_.load()) continue;  // closes above
     const send_batch batch;
     run_deferred();
-    if (zookeeper_process(zh_, events) == ZSSLCONNECTIONERROR) ctx.impl->states.on_tls_failure(ctx.generation, tls_reason());
+    // A refused handshake counts towards the constructor's giving up at once (wait_opened); one
+    // that ran out of time is tried again, as any failed connection attempt, until connect_timeout
+    // (a server's first handshakes can be slow: a cold JVM under load took over a second).
+    if (zookeeper_process(zh_, events) == ZSSLCONNECTIONERROR)
+      if (std::string reason = tls_reason(); !reason.empty()) ctx.impl->states.on_tls_failure(ctx.generation, std::move(reason));
     // A SASL authentication the server refused puts the handle in AUTH_FAILED without a session
     // event (the C client 3.8's zoo_sasl_mark_failed): tell the state machine as if there was one.
     if (ctx.impl->opts.sasl && !sasl_failed_ && zoo_state(zh_) == ZOO_AUTH_FAILED_STATE) {
