@@ -17,7 +17,8 @@
 #
 # Defines: zklock_zookeeper_st (an imported static library: the renamed archive, with the C
 # client's include directory), ZKLOCK_PRIVATE_CLIENT_ARCHIVE (its path, to install),
-# ZKLOCK_HAVE_TLS / ZKLOCK_HAVE_SASL (ON or OFF) and ZKLOCK_CLIENT_DESCRIPTION (which client).
+# ZKLOCK_HAVE_TLS / ZKLOCK_HAVE_SASL / ZKLOCK_HAVE_SET_DATA_WATCHES / ZKLOCK_HAVE_MULTI_CONTAINER
+# (ON or OFF) and ZKLOCK_CLIENT_DESCRIPTION (which client).
 #
 # Which client: Debian's (no TLS, no SASL: Debian 12 builds it without OpenSSL and Cyrus SASL) or
 # the one tools/build-zookeeper-client builds from Debian's source package with both
@@ -39,17 +40,25 @@ if(ZKLOCK_ZOOKEEPER_CLIENT STREQUAL "tls-sasl" AND NOT EXISTS ${_zk_capable})
 endif()
 set(ZKLOCK_HAVE_TLS OFF)
 set(ZKLOCK_HAVE_SASL OFF)
+set(ZKLOCK_HAVE_SET_DATA_WATCHES OFF)
+set(ZKLOCK_HAVE_MULTI_CONTAINER OFF)
 if(NOT ZKLOCK_ZOOKEEPER_CLIENT STREQUAL "debian" AND EXISTS ${_zk_capable})
   set(ZKLOCK_ZOOKEEPER_ST_ARCHIVE ${_zk_capable})
   file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/features _zk_features)
   file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/version _zk_version)  # "<Debian version> recipe <n>"
   string(REPLACE " recipe " ", zklock's patches r" _zk_version "${_zk_version}")
-  if(_zk_features MATCHES "tls")
-    set(ZKLOCK_HAVE_TLS ON)
-  endif()
-  if(_zk_features MATCHES "sasl")
-    set(ZKLOCK_HAVE_SASL ON)
-  endif()
+  # Its features file names what it can do: TLS, SASL, and zklock's additions (one request for a
+  # waiter's watches; a container's create result in a transaction).
+  string(REPLACE " " ";" _zk_features "${_zk_features}")
+  foreach(_word IN ITEMS tls sasl set-data-watches multi-container)
+    string(TOUPPER "${_word}" _var)
+    string(REPLACE "-" "_" _var "ZKLOCK_HAVE_${_var}")
+    if(_word IN_LIST _zk_features)
+      set(${_var} ON)
+    endif()
+  endforeach()
+  unset(_word)
+  unset(_var)
   find_package(OpenSSL REQUIRED)
   find_library(ZKLOCK_SASL2_LIBRARY NAMES sasl2 REQUIRED)
   set(ZKLOCK_CLIENT_DESCRIPTION "built from Debian's source package ${_zk_version} (${ZKLOCK_TLS_SASL_CLIENT_ROOT})")
@@ -67,6 +76,10 @@ unset(_zk_capable)
 set(_zk_features "TLS no, SASL no (tools/setup --with-tls-sasl builds a client with both)")
 if(ZKLOCK_HAVE_TLS AND ZKLOCK_HAVE_SASL)
   set(_zk_features "TLS yes, SASL yes")
+endif()
+if(ZKLOCK_HAVE_SET_DATA_WATCHES AND ZKLOCK_HAVE_MULTI_CONTAINER)
+  string(APPEND _zk_features "; fewer requests per acquire (zklock's additions: a waiter's watches in one request, "
+    "a fresh lock node and its contender in one transaction)")
 endif()
 message(STATUS "zklock: ZooKeeper C client: ${ZKLOCK_CLIENT_DESCRIPTION}; ${_zk_features}")
 unset(_zk_features)
@@ -157,7 +170,12 @@ if(NOT TARGET zklock_zookeeper_st)
     INTERFACE_INCLUDE_DIRECTORIES "${_zk_dir};${ZooKeeper_INCLUDE_DIR}")
   # The capable client's header declares zookeeper_init_ssl and zookeeper_init_sasl only with these
   # defined; ZKLOCK_HAVE_TLS / ZKLOCK_HAVE_SASL tell zklock's implementation units what it can do.
-  set(_zk_defs ZKLOCK_HAVE_TLS=$<BOOL:${ZKLOCK_HAVE_TLS}> ZKLOCK_HAVE_SASL=$<BOOL:${ZKLOCK_HAVE_SASL}>)
+  # ZKLOCK_HAVE_SET_DATA_WATCHES: it has zoo_aset_data_watches (tools/zookeeper-client), one request
+  # for a waiter's watches; ZKLOCK_HAVE_MULTI_CONTAINER: its zoo_amulti reads a container's create
+  # result (a fresh lock node and our contender in one transaction).
+  set(_zk_defs ZKLOCK_HAVE_TLS=$<BOOL:${ZKLOCK_HAVE_TLS}> ZKLOCK_HAVE_SASL=$<BOOL:${ZKLOCK_HAVE_SASL}>
+    ZKLOCK_HAVE_SET_DATA_WATCHES=$<BOOL:${ZKLOCK_HAVE_SET_DATA_WATCHES}>
+    ZKLOCK_HAVE_MULTI_CONTAINER=$<BOOL:${ZKLOCK_HAVE_MULTI_CONTAINER}>)
   if(ZKLOCK_HAVE_TLS)
     list(APPEND _zk_defs HAVE_OPENSSL_H)
     set_property(TARGET zklock_zookeeper_st APPEND PROPERTY INTERFACE_LINK_LIBRARIES OpenSSL::SSL OpenSSL::Crypto)

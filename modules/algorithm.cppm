@@ -207,20 +207,30 @@ class attempt {
     });
     // Our own node's watch goes first: its reply, and any deletion of our node, reach us before
     // the replies and events of the watches sent after it. It stays armed as the hold's loss watch.
+    // The first time, it goes with the watches ahead (in one request where the client can).
     if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
-    if (guard_->claim_watch()) {
-      watch_own_node(s_, node_, guard_);
-      sent();
-    }
+    const bool own = guard_->claim_watch();
     std::vector<std::shared_ptr<watch_slot>> fresh;
-    for (const auto& p : paths)
-      if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; })) {
-        fresh.push_back(std::make_shared<watch_slot>(p, relay_));
-        if (version >= 0 && &p == &paths.back()) fresh.back()->expect_version = version;
+    try {
+      for (const auto& p : paths)
+        if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; })) {
+          fresh.push_back(std::make_shared<watch_slot>(p, relay_));
+          if (version >= 0 && &p == &paths.back()) fresh.back()->expect_version = version;
+        }
+      ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
+    } catch (...) {
+      if (own) guard_->watch_result(false);
+      throw;
+    }
+    if (fresh.empty()) {
+      if (own) {
+        watch_own_node(s_, node_, guard_);
+        sent();
       }
-    if (fresh.empty()) return;
-    ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
-    sent(arm_watches(s_, node_.generation, fresh));  // our node's session: a later one has none of ours
+      return;
+    }
+    const own_watch ours{node_, guard_};
+    sent(arm_watches(s_, node_.generation, fresh, own ? &ours : nullptr));  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
   /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those

@@ -202,6 +202,15 @@ class watch_slot final : public wake_target {
   std::atomic<bool> dropped_{false};
 };
 
+class hold_guard;
+
+/// A waiter's own node and the guard whose watch on it arm_watches arms with the slots' (the guard's
+/// watch claimed: hold_guard::claim_watch).
+struct own_watch {
+  const held_node& node;
+  const std::shared_ptr<hold_guard>& guard;
+};
+
 /// Effects: arms a data watch on the path of each of `slots` (waking that slot) on the session's
 /// generation `generation` (the waiter's node's: a watch on a later session's handle would wait
 /// for contenders ahead of a node that went with its session), sending every request at once and
@@ -211,10 +220,17 @@ class watch_slot final : public wake_target {
 /// (expect_version >= 0) is watched by one watch per session, kept armed between waits and shared
 /// by the session's waiters on it (watch_registry::join_sticky): a slot that finds it armed sends
 /// nothing, and fires at once if it was armed at another data version than the slot's.
+/// With `own` (a waiter's first watches), our own node's watch is armed first, as watch_own_node
+/// does, in the same request as the slots' where the C client has zoo_aset_data_watches (one
+/// request for them all: the server arms each watch whose node stands unchanged since our node was
+/// created, and sends the event of one gone or changed before the reply); the guard then counts as
+/// armed once the server took the request.
 /// Returns: the requests sent.
 /// Throws: std::system_error: session_expired or session_closed if generation `generation` is
-/// over; std::bad_alloc (then none of the slots is watched).
-std::size_t arm_watches(session& s, std::uint64_t generation, const std::vector<std::shared_ptr<watch_slot>>& slots);
+/// over; std::bad_alloc (then none of the slots is watched). Our own node's watch is sent (or
+/// recorded not armed) either way.
+std::size_t arm_watches(session& s, std::uint64_t generation, const std::vector<std::shared_ptr<watch_slot>>& slots,
+                        const own_watch* own = nullptr);
 
 /// Effects: for a watch request on `path` that failed with the C client's code `rc`
 /// (watch_slot::failure): returns if the waiter may list again and learn there what happened (a
@@ -336,7 +352,20 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
   /// Returns: true for the one caller that arms the node watch (none is armed or being armed).
   bool claim_watch() noexcept {
     auto expected = watch_state::none;
-    return watch_.compare_exchange_strong(expected, watch_state::pending);
+    if (!watch_.compare_exchange_strong(expected, watch_state::pending)) return false;
+    claims_.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+  /// Returns: how many times the node watch was claimed (right after a claim: that claim's ticket).
+  unsigned watch_claims() const noexcept { return claims_.load(std::memory_order_acquire); }
+  /// Effects: as watch_result, for the request of the claim `ticket` (watch_claims), unless the watch
+  /// was claimed again since: an event before that request's reply (zoo_aset_data_watches sends a
+  /// changed node's event first) had it armed again by another request. On the handle's loop
+  /// thread, where the events run too.
+  void watch_result_for(unsigned ticket, bool armed) noexcept {
+    if (claims_.load(std::memory_order_acquire) != ticket) return;
+    auto expected = watch_state::pending;
+    watch_.compare_exchange_strong(expected, armed ? watch_state::armed : watch_state::none);
   }
   /// Returns: whether the node watch is armed on the server (it stays so until it fires).
   bool watch_armed() const noexcept { return watch_.load(std::memory_order_acquire) == watch_state::armed; }
@@ -383,6 +412,7 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
   std::atomic<bool> released_{false};
   std::atomic<bool> fired_{false};
   std::atomic<watch_state> watch_{watch_state::none};
+  std::atomic<unsigned> claims_{0};
   std::stop_callback<stopper> link_;  // after source_: it may fire while being constructed
 };
 

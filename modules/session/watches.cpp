@@ -40,6 +40,14 @@ namespace zklock::detail {
 /// request (see hold_guard::data_seen). Never throws.
 void rearm_held_watch(session_impl& s, io_loop& loop, const std::shared_ptr<hold_guard>& g) noexcept;
 
+#if ZKLOCK_HAVE_SET_DATA_WATCHES
+// zklock's addition to the C client it builds (tools/zookeeper-client/set_data_watches.c, renamed
+// as the rest of it): several data watches armed by one SetWatches request, relative to a zxid.
+extern "C" int zklock_zk_zoo_aset_data_watches(zhandle_t* zh, std::int64_t relative_zxid, int count,
+                                                const char* const* paths, watcher_fn watcher, void* const* contexts,
+                                                void_completion_t completion, const void* data);
+#endif
+
 namespace {
 
 void* watch_ctx(std::uint64_t id) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
@@ -334,22 +342,102 @@ void unjoin(session_impl& s, const std::shared_ptr<watch_slot>& slot, const slot
   slot->wake_failed(rc);  // (also if an event took its group meanwhile)
 }
 
+#if ZKLOCK_HAVE_SET_DATA_WATCHES
+/// The context of a waiter's first watches sent as one request (zoo_aset_data_watches): our own
+/// node's first, then the slots'.
+struct set_watches_box {
+  session_impl* s;
+  io_loop* loop;
+  clock::time_point sent;
+  std::string own_path;
+  std::weak_ptr<hold_guard> guard;
+  unsigned ticket = 0;  // the guard's claim (hold_guard::watch_claims)
+  std::vector<std::shared_ptr<watch_slot>> slots;
+};
+
+/// Effects: forgets the C client's watchers of `path` (they were made active as the request was
+/// queued, and the client would arm them again after a reconnection) unless another waiter of the
+/// session watches it. On the loop's thread.
+void forget_unwatched(const set_watches_box& box, const std::string& path) noexcept {
+  if (box.s->watches.watched(path, false)) return;
+  box.loop->with_handle([&](zhandle_t* zh) { remove_watches(*box.s, zh, path, false); });
+}
+
+/// The reply to the request of `data` (a set_watches_box). The events of nodes gone or changed came
+/// before it (node_watcher woke their waiters). Taken: every other watch is armed. Not taken (the
+/// connection was lost, the session ended): none is, and each waiter learns it as from its own
+/// request's failure.
+extern "C" void on_set_watches(int rc, const void* data) {
+  std::unique_ptr<set_watches_box> box{static_cast<set_watches_box*>(const_cast<void*>(data))};
+  const auto g = box->guard.lock();
+  if (rc == ZOK) {
+    box->s->round_trips.note(clock::now() - box->sent);  // a read's latency
+    if (g) g->watch_result_for(box->ticket, true);
+    for (const auto& slot : box->slots)  // dropped while the request was on its way: removed now
+      if (slot->dropped()) forget_unwatched(*box, slot->path);
+    return;
+  }
+  box->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
+  box->s->watches.leave(box->own_path, g.get());
+  forget_unwatched(*box, box->own_path);
+  if (g) {
+    g->watch_result_for(box->ticket, false);
+    if (rc == ZSESSIONEXPIRED) g->wake();  // our node is gone already
+  }
+  const steps_here here;  // an acquire it wakes takes its next step on this thread, as a reply's
+  for (const auto& slot : box->slots) {
+    box->s->watches.leave(slot->path, slot.get());  // nothing armed
+    forget_unwatched(*box, slot->path);
+    if (!slot->fired()) slot->wake_failed(rc);  // (an event before the failure told it already)
+  }
+}
+#endif
+
 }  // namespace
 
-std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_ptr<watch_slot>>& slots) {
+std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::shared_ptr<watch_slot>>& slots,
+                        const own_watch* own) {
   session_impl& s = impl_of(sess);
-  if (slots.empty()) return 0;
+  std::size_t sent = 0;
+  // Our own node's watch goes in the slots' request where the client can send one for them all
+  // (zoo_aset_data_watches; not for a semaphore node's sticky watch, whose reply must bring the
+  // node's version), relative to our node's creation: else by itself, first.
+  bool combine = false;
+#if ZKLOCK_HAVE_SET_DATA_WATCHES
+  if (own && own->node.czxid > 0 && s.states.view().state == session_state::connected)
+    combine = std::any_of(slots.begin(), slots.end(), [](const auto& w) { return w->expect_version < 0; });
+#endif
+  if (own && !combine) {
+    watch_own_node(sess, own->node, own->guard);
+    ++sent;
+    own = nullptr;
+  }
+  // From here until it is sent, a throw leaves our own node's watch not armed.
+  auto own_not_armed = [&]() noexcept {
+    if (own) std::exchange(own, nullptr)->guard->watch_result(false);
+  };
+  if (slots.empty()) return sent;
   const call_name watching{"zklock: watching ", slots.front()->path};
-  s.states.check_live(g, watching);  // (not the live generation: the waiter's node is of `g`)
   std::vector<std::unique_ptr<slot_watch_box>> boxes;
-  boxes.reserve(slots.size());
   std::vector<slot_join> joins;
-  joins.reserve(slots.size());
   std::vector<int> rcs(slots.size(), ZINVALIDSTATE);  // not sent: as the client answers an expired handle
+  std::uint64_t own_group = 0;
+  try {
+    s.states.check_live(g, watching);  // (not the live generation: the waiter's node is of `g`)
+    boxes.reserve(slots.size());
+    joins.reserve(slots.size());
+  } catch (...) {
+    own_not_armed();
+    throw;
+  }
   const auto current = s.handle.current();
   // A sticky group forgotten to stay within its bound: its watch is removed (as drop_watch does).
   auto evict = [&](const std::string& path) noexcept { defer_watch_removal(s, current.get(), path, false); };
   try {
+    if (own) {
+      own->guard->watching(own->node);
+      own_group = s.watches.join(own->node.path, false, own->guard);
+    }
     for (const auto& slot : slots) {
       if (slot->expect_version >= 0) {
         auto j = s.watches.join_sticky(slot->path, g, slot->expect_version, slot, evict);
@@ -363,6 +451,8 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
     }
   } catch (...) {  // (the slots' waiter gives them up: waking them wakes nobody)
     for (std::size_t i = 0; i < joins.size(); ++i) unjoin(s, slots[i], joins[i], ZSYSTEMERROR);
+    if (own && own_group != 0) s.watches.leave(own->node.path, own->guard.get());
+    own_not_armed();
     throw;
   }
   std::shared_ptr<io_loop> loop;
@@ -370,16 +460,53 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
     loop = s.live_loop(g, watching);
   } catch (...) {  // the generation ended meanwhile
     for (std::size_t i = 0; i < joins.size(); ++i) unjoin(s, slots[i], joins[i], ZINVALIDSTATE);
+    if (own) s.watches.leave(own->node.path, own->guard.get());
+    own_not_armed();
     throw;
   }
-  std::size_t sent = 0;
   for (std::size_t i = 0; i < slots.size(); ++i)
     if (!joins[i].send) rcs[i] = ZOK;  // armed already (or on its way) by another waiter of the session
+  int own_rc = ZINVALIDSTATE;
   if (loop) {
     loop->with_handle([&](zhandle_t* zh) {
       const auto now = clock::now();
+#if ZKLOCK_HAVE_SET_DATA_WATCHES
+      if (own && zh) {
+        // One request: our node first, then every contender's slot (a sticky one goes below).
+        std::vector<const char*> paths{own->node.path.c_str()};
+        std::vector<void*> contexts{watch_ctx(own_group)};
+        std::unique_ptr<set_watches_box> box;
+        std::vector<std::size_t> in;
+        try {
+          box = std::make_unique<set_watches_box>(
+              set_watches_box{&s, loop.get(), now, own->node.path, own->guard, own->guard->watch_claims(), {}});
+          for (std::size_t i = 0; i < slots.size(); ++i) {
+            if (joins[i].sticky) continue;
+            paths.push_back(slots[i]->path.c_str());
+            contexts.push_back(watch_ctx(joins[i].group));
+            box->slots.push_back(slots[i]);
+            in.push_back(i);
+          }
+        } catch (...) {  // allocation failure: nothing sent (below: each learns it failed)
+          own_rc = ZSYSTEMERROR;
+          for (std::size_t i = 0; i < slots.size(); ++i)
+            if (!joins[i].sticky) rcs[i] = ZSYSTEMERROR;
+          in.clear();
+          box.reset();
+        }
+        if (box) {
+          own_rc = zklock_zk_zoo_aset_data_watches(zh, own->node.czxid, static_cast<int>(paths.size()), paths.data(),
+                                                   &node_watcher, contexts.data(), &on_set_watches, box.get());
+          for (const std::size_t i : in) rcs[i] = own_rc;
+          if (own_rc == ZOK) {
+            box.release();  // owned by the completion now, which always comes
+            ++sent;
+          }
+        }
+      }
+#endif
       for (std::size_t i = 0; i < slots.size(); ++i) {
-        if (!joins[i].send) continue;
+        if (!joins[i].send || (own && !joins[i].sticky)) continue;
         ++sent;
         boxes[i]->loop = loop.get();
         boxes[i]->sent = now;
@@ -390,6 +517,10 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
         if (rcs[i] == ZOK) boxes[i].release();  // owned by the completion now, which always comes
       }
     });
+  }
+  if (own && own_rc != ZOK) {  // not sent: not armed (the client made nothing active)
+    s.watches.leave(own->node.path, own->guard.get());
+    own->guard->watch_result(false);
   }
   // Not sent: the slot fires with the failure at once (its waiter lists again and learns there).
   for (std::size_t i = 0; i < slots.size(); ++i) {

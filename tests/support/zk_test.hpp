@@ -157,6 +157,12 @@ bool sync_handle(void* zh);
 
 namespace zkt {
 
+/// Whether zklock's C client arms a waiter's first watches (its own node's and those of the
+/// contenders ahead) by one request (tools/zookeeper-client/set_data_watches.c: the C client that
+/// tools/setup --with-tls-sasl builds), not one request each. The server takes that request without
+/// checking READ on the nodes.
+inline constexpr bool watches_in_one_request = ZKLOCK_TEST_WATCHES_IN_ONE;
+
 /// ZooKeeper's permission bits, for ACL tests.
 namespace perm {
 inline constexpr int read = 1, write = 2, create = 4, remove = 8, admin = 16, all = 31;
