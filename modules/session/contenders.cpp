@@ -13,6 +13,7 @@ module;
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -150,14 +151,32 @@ std::optional<held_node> create_contender_from(session_impl& s, const std::strin
                                                std::string_view data, clock::time_point deadline, std::uint64_t g,
                                                bool maybe_created, std::size_t* sent, std::string_view lock_data);
 
+/// Effects: sends the transaction of `t` (an acl_probe or a fresh_lock: its ops, into its results)
+/// if the handle `zh` of `loop` is connected; `t` lives until the reply (its reply_state keeps
+/// it), which the client writes the results into. The caller holds the loop's lock, and the ops'
+/// paths live until this returns (the client copies the requests at once).
+/// Returns: as send_locked (not connected: nullptr, ZCONNECTIONLOSS).
+template <class Transaction>
+std::shared_ptr<reply_state> send_transaction(io_loop& loop, zhandle_t* handle, const std::shared_ptr<Transaction>& t,
+                                              int& rc) {
+  return session_impl::send_locked(
+      loop, handle,
+      [&](zhandle_t* zh, const void* d) {
+        if (zoo_state(zh) != ZOO_CONNECTED_STATE) return static_cast<int>(ZCONNECTIONLOSS);
+        static_cast<reply_state*>(const_cast<void*>(d))->keep = t;
+        return zoo_amulti(zh, static_cast<int>(std::size(t->ops)), t->ops, t->results, &reply_to::on_void, d);
+      },
+      rc);
+}
+
 /// The ACL probe: on a lock path this session has not checked yet, our contender is created by a
 /// transaction that also creates, stamps and deletes a probe node beside it (named our node's
 /// prefix, without the sequence). The server checks CREATE and DELETE on the lock node for every
 /// operation, so the transaction commits only if we may delete our node again, exactly as the
 /// server judges it, with no read of the ACL first (one round trip less); other clients never see
 /// the probe. All its operations share one zxid, so the probe's stat (from the stamp: a create in
-/// a transaction returns no stat) gives our node's czxid, the fencing token. What the client writes
-/// while the transaction is in flight is kept by its reply_state.
+/// a transaction returns no stat) gives our node's czxid, the fencing token. Sent by
+/// send_transaction.
 ///
 /// The C client's zoo_amulti (3.8.0) is unsafe on a handle whose session is over: it then skips
 /// initialising the later operations' requests and frees their uninitialised paths (a double free,
@@ -182,19 +201,6 @@ struct acl_probe {
     zoo_set_op_init(&ops[stamp_probe], path, nullptr, -1, -1, &stat);
     zoo_delete_op_init(&ops[delete_probe], path, -1);
   }
-  /// Effects: sends the transaction if the handle `zh` of `loop` is connected (the caller holds
-  /// the loop's lock, and node_prefix lives until this returns: the client copies the requests at
-  /// once). Returns: as send_locked (not connected: nullptr, ZCONNECTIONLOSS).
-  std::shared_ptr<reply_state> send(io_loop& loop, zhandle_t* handle, const std::shared_ptr<acl_probe>& self, int& rc) {
-    return session_impl::send_locked(
-        loop, handle,
-        [&](zhandle_t* zh, const void* d) {
-          if (zoo_state(zh) != ZOO_CONNECTED_STATE) return static_cast<int>(ZCONNECTIONLOSS);
-          static_cast<reply_state*>(const_cast<void*>(d))->keep = self;
-          return zoo_amulti(zh, 4, ops, results, &reply_to::on_void, d);
-        },
-        rc);
-  }
   /// Effects: reports the server's refusal `rc` of the transaction, unless the lock node (or its
   /// parent) is missing: then returns.
   /// Throws: errc::no_auth naming the permission missing, or fail()'s error.
@@ -207,6 +213,30 @@ struct acl_probe {
     fail(rc, what);
   }
 };
+
+#if ZKLOCK_HAVE_MULTI_CONTAINER
+/// A fresh lock node and our contender in one transaction, where the C client reads a container's
+/// create result with its stat (tools/build-zookeeper-client): on a path whose lock node is likely
+/// missing, with the default ACL (contender_acl: ours lets us delete our node again, so no probe is
+/// needed). The container's stat carries the transaction's zxid, which is our node's czxid. A lock
+/// node that exists after all fails the whole transaction (nothing is created): the acquire then
+/// sends the ACL probe's transaction. Sent as the probe is (send_transaction).
+struct fresh_lock {
+  static constexpr int create_lock = 0, create_ours = 1;
+  zoo_op_t ops[2];
+  zoo_op_result_t results[2]{};
+  struct Stat stat {};
+  std::vector<char> created;  // our node's name, as the server made it
+
+  fresh_lock(session_impl& s, const std::string& lock_path, const std::string& node_prefix, std::string_view data)
+      : created(node_prefix.size() + 16) {  // + the sequence's 10 digits
+    zoo_create_op_init(&ops[create_lock], lock_path.c_str(), nullptr, -1, contender_acl(s), ZOO_CONTAINER, nullptr, 0);
+    results[create_lock].stat = &stat;  // (the patched client copies the container's stat there)
+    zoo_create_op_init(&ops[create_ours], node_prefix.c_str(), data.data(), static_cast<int>(data.size()),
+                       contender_acl(s), ZOO_EPHEMERAL_SEQUENTIAL, created.data(), static_cast<int>(created.size()));
+  }
+};
+#endif
 
 }  // namespace
 
@@ -235,7 +265,32 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
     checked = true;
     make_lock = *missing;
   }
-  const auto probe = checked ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
+  // A lock node likely missing, with the default ACL: the lock node and ours in one transaction.
+  // Until a few of those succeeded in a row, only a few go at once (a wrong guess costs each a
+  // round trip); the others send the lock node's create beside the probe's, right either way.
+#if ZKLOCK_HAVE_MULTI_CONTAINER
+  bool trial = false;
+  if (make_lock && s.acl.vector.count == 0 && s.chroot.empty() &&
+      s.fresh_streak.load(std::memory_order_relaxed) < session_impl::fresh_trials_max) {
+    trial = s.fresh_trials.fetch_add(1, std::memory_order_relaxed) < session_impl::fresh_trials_max;
+    if (!trial) s.fresh_trials.fetch_sub(1, std::memory_order_relaxed);
+  }
+  struct trial_guard {  // a trial ends with this call
+    session_impl& s;
+    bool on;
+    ~trial_guard() {
+      if (on) s.fresh_trials.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } in_trial{s, trial};
+  const auto fresh = make_lock && s.acl.vector.count == 0 && s.chroot.empty() &&
+                             (trial || s.fresh_streak.load(std::memory_order_relaxed) >= session_impl::fresh_trials_max)
+                         ? std::make_shared<fresh_lock>(s, lock_path, node_prefix, data)
+                         : nullptr;
+  if (fresh) make_lock = false;
+#else
+  constexpr std::nullptr_t fresh = nullptr;
+#endif
+  const auto probe = checked || fresh ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
   std::shared_ptr<reply_state> parent, create, list;
   int prc = ZOK, crc = ZOK, lrc = ZOK;
   const auto loop = s.live_loop(g, what);
@@ -252,8 +307,12 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
           prc);
       if (parent && sent) ++*sent;
     }
-    if (probe) {
-      create = probe->send(*loop, zh, probe, crc);
+    if (fresh) {
+#if ZKLOCK_HAVE_MULTI_CONTAINER
+      create = send_transaction(*loop, zh, fresh, crc);
+#endif
+    } else if (probe) {
+      create = send_transaction(*loop, zh, probe, crc);
     } else {
       create = session_impl::send_locked(
           *loop, zh,
@@ -309,10 +368,32 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
   if (parent) prc = s.await_reply(parent, g, nullptr);
   if (!create) return one_by_one(false);  // not sent (not connected, or bad arguments)
   const int create_rc = s.await_reply(create, g, &created);
+#if ZKLOCK_HAVE_MULTI_CONTAINER
+  if (fresh && create_rc == ZOK) {  // the lock node is ours, made with our ACL
+    s.deletable.insert(lock_path);
+    created.value = fresh->created.data();
+    created.stat.czxid = fresh->stat.czxid;
+    if (s.fresh_streak.load(std::memory_order_relaxed) < session_impl::fresh_trials_max)
+      s.fresh_streak.fetch_add(1, std::memory_order_relaxed);
+  } else if (fresh && fresh->results[fresh_lock::create_lock].err == ZNODEEXISTS) {
+    // The lock node was there after all (nothing was created): the ACL probe's transaction now.
+    s.fresh_paths.store(false, std::memory_order_relaxed);
+    s.fresh_streak.store(0, std::memory_order_relaxed);
+    if (std::exchange(in_trial.on, false)) s.fresh_trials.fetch_sub(1, std::memory_order_relaxed);
+    return create_and_list(sess, lock_path, prefix, data, deadline, sent, std::exchange(in_turn.t, nullptr), false,
+                           lock_data);
+  }
+#endif
   if (create_rc == ZOK) {
     if (probe) {
       s.deletable.insert(lock_path);
       s.fresh_paths.store(parent && prc == ZOK, std::memory_order_relaxed);
+      if (parent && prc == ZOK) {  // (the lock node was missing: so may the next one be)
+        if (s.fresh_streak.load(std::memory_order_relaxed) < session_impl::fresh_trials_max)
+          s.fresh_streak.fetch_add(1, std::memory_order_relaxed);
+      } else if (parent) {
+        s.fresh_streak.store(0, std::memory_order_relaxed);
+      }
       created.value = probe->created.data();
       created.stat.czxid = probe->stat.czxid;
     }

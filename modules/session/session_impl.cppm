@@ -853,8 +853,16 @@ struct session_impl {
   hold_timers timers;
   path_set deletable;  // lock paths whose ACL lets us delete our nodes
   // Whether the lock path of a first acquire is likely missing (as the last one this session
-  // looked at was): then the lock node and the contender are created in one transaction.
+  // looked at was): then the lock node's create goes with the contender's, in the same round trip
+  // (or in one transaction: contenders.cpp, fresh_lock).
   std::atomic<bool> fresh_paths{true};
+  // The transactions of a fresh lock node and our contender (fresh_lock): how many succeeded in a
+  // row (up to fresh_trials_max), and how many are on their way while that streak is shorter (a
+  // wrong guess fails the whole transaction and costs a round trip: a burst of first acquires
+  // guesses with a few until they tell).
+  static constexpr int fresh_trials_max = 8;
+  std::atomic<int> fresh_streak{0};
+  std::atomic<int> fresh_trials{0};
   std::thread worker;
 
   // The asynchronous acquires' runner (runner.cpp): made by the first one, drained by close(),

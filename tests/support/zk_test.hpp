@@ -162,6 +162,10 @@ namespace zkt {
 /// tools/setup --with-tls-sasl builds), not one request each. The server takes that request without
 /// checking READ on the nodes.
 inline constexpr bool watches_in_one_request = ZKLOCK_TEST_WATCHES_IN_ONE;
+/// Whether zklock's C client creates a missing lock node and our contender in one transaction (its
+/// zoo_amulti reads a container's create result), where Debian's sends the lock node's create and
+/// the ACL probe's transaction.
+inline constexpr bool fresh_lock_in_one_request = ZKLOCK_TEST_FRESH_LOCK_IN_ONE;
 
 /// ZooKeeper's permission bits, for ACL tests.
 namespace perm {
