@@ -775,23 +775,41 @@ class session_reaper {
 };
 
 /// Lock paths whose ACL lets this session delete its contender nodes (checked once per path:
-/// contenders.cpp). Thread-safe: one lock, its own.
+/// contenders.cpp). A session that queues on many paths keeps one entry per path, so an entry is
+/// the path's 128-bit digest (two independent 64-bit hashes), 32 bytes of heap, not the path: two
+/// paths with one digest (odds about n² / 2^129 for n paths) would share their check. Thread-safe:
+/// one lock, its own.
 class path_set {
  public:
   /// Returns: whether `p` is in the set.
-  bool contains(const std::string& p) const {
+  bool contains(std::string_view p) const {
+    const digest d = digest_of(p);
     std::lock_guard lk{mu_};
-    return set_.contains(p);
+    return set_.contains(d);
   }
   /// Effects: adds `p`.
-  void insert(std::string p) {
+  void insert(std::string_view p) {
+    const digest d = digest_of(p);
     std::lock_guard lk{mu_};
-    set_.insert(std::move(p));
+    set_.insert(d);
   }
 
  private:
+  struct digest {
+    std::uint64_t a, b;
+    bool operator==(const digest&) const = default;
+  };
+  struct digest_hash {
+    std::size_t operator()(const digest& d) const noexcept { return static_cast<std::size_t>(d.a); }
+  };
+  /// Returns: the standard library's hash of `p`, and its FNV-1a hash (64 bits each).
+  static digest digest_of(std::string_view p) noexcept {
+    std::uint64_t fnv = 0xcbf29ce484222325ULL;
+    for (const char c : p) fnv = (fnv ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    return {static_cast<std::uint64_t>(std::hash<std::string_view>{}(p)), fnv};
+  }
   mutable std::mutex mu_;
-  std::unordered_set<std::string> set_;
+  std::unordered_set<digest, digest_hash> set_;
 };
 
 // ---- the session -----------------------------------------------------------------------------------
