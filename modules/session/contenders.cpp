@@ -288,7 +288,7 @@ std::optional<queued_node> create_and_list(session& sess, const std::string& loc
                          : nullptr;
   if (fresh) make_lock = false;
 #else
-  constexpr std::nullptr_t fresh = nullptr;
+  constexpr bool fresh = false;  // (Debian's client: its zoo_amulti cannot read a container's result)
 #endif
   const auto probe = checked || fresh ? nullptr : std::make_shared<acl_probe>(s, node_prefix, data);
   std::shared_ptr<reply_state> parent, create, list;
