@@ -218,6 +218,8 @@ std::string iso_time(long long ms_since_epoch);
 std::string json_string(std::string_view s);
 /// Returns: a duration for people: "850ms", "12.3s", "4m05s", "2h07m".
 std::string span(long long ms_count);
+/// Returns: "1 holder" / "2 waiters": `n` and the noun, in the plural unless n is 1.
+std::string count_of(std::size_t n, const char* noun);
 
 // ---- who holds it (holders.cpp) -----------------------------------------------------------------
 

@@ -34,11 +34,6 @@ std::string describe(const contender_info& c) {
 
 namespace {
 
-/// Returns: "1 holder" / "2 waiters": `n` and the noun, in the plural unless n is 1.
-std::string count_of(std::size_t n, const char* noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 /// Returns: what `c` is in the queue, for people: "holder, write" or "waiter, lease".
 std::string role(const contender_info& c) {
   return std::string{zklock::to_string(c.state)} + ", " +

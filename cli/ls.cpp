@@ -79,11 +79,6 @@ std::pair<std::size_t, std::size_t> tally(const zklock::lock_listing& lock) {
   return {holders, lock.contenders.size() - holders};
 }
 
-/// Returns: "1 holder" / "2 waiters": `n` and the noun, in the plural unless n is 1.
-std::string count_of(std::size_t n, const char* noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 /// Returns: a semaphore's leases in use, "1 of 2 leases used" (with the waiters, if any), or ""
 /// for another lock. A lease's permits count as used while its contender holds it.
 std::string leases_used(const zklock::lock_listing& lock) {

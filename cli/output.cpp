@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// How `zklock ls` writes values: UTC times, spans for people, and JSON string literals.
+// How `zklock ls` writes values: UTC times, spans and counts for people, and JSON string literals.
 #include <time.h>
 
 #include <cstdio>
@@ -7,6 +7,10 @@
 #include "cli.hpp"
 
 namespace zkcli {
+
+std::string count_of(std::size_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
 
 std::string iso_time(long long ms_since_epoch) {
   const long long secs = ms_since_epoch >= 0 ? ms_since_epoch / 1000 : (ms_since_epoch - 999) / 1000;

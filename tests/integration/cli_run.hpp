@@ -136,6 +136,21 @@ inline std::vector<std::string> contender_nodes(const std::string& path) {
   return kids;
 }
 
+/// Returns: whether `r`'s stderr shows `text` `n` times within 30 s (false once `r` has exited
+/// without writing it that often).
+inline bool await_err(zklock_run& r, const std::string& text, std::size_t n = 1) {
+  const auto limit = steady_clock::now() + 30s;
+  for (;;) {
+    const bool exited = r.exited();  // first: what it wrote before it exited is in the file now
+    const auto err = r.err();
+    std::size_t seen = 0;
+    for (auto at = err.find(text); at != std::string::npos; at = err.find(text, at + 1)) ++seen;
+    if (seen >= n) return true;
+    if (exited || steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(2ms);  // polling a file the process writes, not a synchronisation
+  }
+}
+
 /// Returns: whether `path` has `n` contender nodes within 30 s (false at once if `r` exited).
 inline bool await_children(const std::string& path, std::size_t n, zklock_run& r) {
   const auto limit = steady_clock::now() + 30s;

@@ -818,19 +818,6 @@ bool await_session_gone(std::uint64_t sid) {
   return true;
 }
 
-/// Returns: whether `r`'s stderr shows `text` `n` times within 30 s (false at once if `r` exited).
-bool await_err(zklock_run& r, const std::string& text, std::size_t n = 1) {
-  const auto limit = steady_clock::now() + 30s;
-  for (;;) {
-    const auto err = r.err();
-    std::size_t seen = 0;
-    for (auto at = err.find(text); at != std::string::npos; at = err.find(text, at + 1)) ++seen;
-    if (seen >= n) return true;
-    if (r.exited() || steady_clock::now() > limit) return false;
-    std::this_thread::sleep_for(2ms);  // polling a file the process writes, not a synchronisation
-  }
-}
-
 // `zklock wait` whose session expires while it waits looks again on a new session, and returns
 // once the path is free. The server (one of this test alone) is paused when the stopped wait is
 // resumed, so that zklock finds its session gone before a new one can be had, every time.

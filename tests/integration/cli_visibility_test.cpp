@@ -24,16 +24,6 @@ using namespace std::chrono_literals;
 using namespace zkcli_test;
 using std::chrono::steady_clock;
 
-/// Returns: whether `r`'s stderr shows `text` within 30 s (false at once if `r` exited first).
-bool await_err(zklock_run& r, const std::string& text) {
-  const auto limit = steady_clock::now() + 30s;
-  for (;;) {
-    if (r.err().find(text) != std::string::npos) return true;
-    if (r.exited() || steady_clock::now() > limit) return r.err().find(text) != std::string::npos;
-    std::this_thread::sleep_for(2ms);  // polling a file the process writes, not a synchronisation
-  }
-}
-
 /// Returns: the contender nodes of `path` in queue order (by their 10-digit sequence suffix).
 std::vector<std::string> queue_of(const std::string& path) {
   auto kids = contender_nodes(path);

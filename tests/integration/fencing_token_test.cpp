@@ -25,12 +25,6 @@ template <class C>
 class FencingToken : public ::testing::Test {};
 TYPED_TEST_SUITE(FencingToken, combos);
 
-std::vector<std::unique_ptr<zklock::session>> open_sessions(int n) {
-  std::vector<std::unique_ptr<zklock::session>> out;
-  for (int i = 0; i < n; ++i) out.push_back(std::make_unique<zklock::session>(zkt::options()));
-  return out;
-}
-
 /// Returns: the czxid of the only child of `path` owned by `s` whose name contains `marker` (0 if
 /// there is not exactly one).
 std::int64_t czxid_of(const std::string& path, const zklock::session& s, const std::string& marker = "") {
@@ -48,7 +42,7 @@ using zkt::code_of;
 // 20 acquisitions in turn over 5 sessions: every token is the node's czxid and larger than the last.
 TYPED_TEST(FencingToken, IncreasesAcrossHoldersInTurn) {
   const auto path = zkt::unique_path("fence-turn");
-  auto sessions = open_sessions(5);
+  auto sessions = zkt::open_sessions(5);
   std::vector<std::unique_ptr<typename TypeParam::mutex>> locks;
   for (auto& s : sessions) locks.push_back(std::make_unique<typename TypeParam::mutex>(*s, path));
   std::int64_t last = 0;
@@ -67,7 +61,7 @@ TYPED_TEST(FencingToken, IncreasesAcrossHoldersInTurn) {
 TYPED_TEST(FencingToken, IncreasesInGrantOrderUnderContention) {
   const auto path = zkt::unique_path("fence-contended");
   constexpr int threads = 4, rounds = 5;
-  auto sessions = open_sessions(threads);
+  auto sessions = zkt::open_sessions(threads);
   std::mutex mu;
   std::vector<std::int64_t> tokens;  // in grant order
   int mismatches = 0;
@@ -94,7 +88,7 @@ TYPED_TEST(FencingToken, IncreasesInGrantOrderUnderContention) {
 // Write holders of a read/write lock, with readers in between: the same guarantee.
 TYPED_TEST(FencingToken, IncreasesAcrossSharedMutexWriters) {
   const auto path = zkt::unique_path("fence-rw");
-  auto sessions = open_sessions(3);
+  auto sessions = zkt::open_sessions(3);
   std::vector<std::unique_ptr<typename TypeParam::shared_mutex>> locks;
   for (auto& s : sessions) locks.push_back(std::make_unique<typename TypeParam::shared_mutex>(*s, path));
   std::int64_t last = 0;

@@ -31,9 +31,9 @@ const char* name(kind k) { return k == kind::mutex ? "mutex" : k == kind::read ?
 
 /// One contender of kind `k` on `path`: a mutex, or one side of a read/write lock.
 template <class C>
-class contender {
+class kind_contender {
  public:
-  contender(zklock::session& s, const std::string& path, kind k) : k_(k) {
+  kind_contender(zklock::session& s, const std::string& path, kind k) : k_(k) {
     if (k == kind::mutex)
       m_ = std::make_unique<typename C::mutex>(s, path);
     else
@@ -71,7 +71,7 @@ TYPED_TEST(PathKinds, EveryPairOfKindsExcludesAsAReadWriteLock) {
   for (kind first : all_kinds)
     for (kind second : all_kinds) {
       const auto path = zkt::unique_path("kinds-pair");
-      contender<TypeParam> holder{a, path, first}, other{b, path, second};
+      kind_contender<TypeParam> holder{a, path, first}, other{b, path, second};
       holder.lock();
       const bool shared = first == kind::read && second == kind::read;
       const bool got = other.try_lock();
@@ -92,7 +92,7 @@ TYPED_TEST(PathKinds, AWaiterBehindAnotherKindIsGrantedWhenItLeaves) {
     for (kind second : all_kinds) {
       if (first == kind::read && second == kind::read) continue;  // never waits
       const auto path = zkt::unique_path("kinds-wait");
-      contender<TypeParam> holder{a, path, first}, waiter{b, path, second};
+      kind_contender<TypeParam> holder{a, path, first}, waiter{b, path, second};
       holder.lock();
       std::atomic<bool> granted{false};
       std::thread t{[&] {
@@ -120,7 +120,7 @@ TYPED_TEST(PathKinds, MixedContendersNeverOverlap) {
   for (kind k : {kind::mutex, kind::write, kind::read, kind::read, kind::mutex, kind::read}) {
     zklock::session* s = sessions[static_cast<std::size_t>(i++ % 3)].get();
     threads.emplace_back([&, s, k] {
-      contender<TypeParam> c{*s, path, k};
+      kind_contender<TypeParam> c{*s, path, k};
       for (int n = 0; n < 12; ++n) {
         c.lock();
         if (k == kind::read) {
@@ -158,7 +158,7 @@ TYPED_TEST(PathKinds, CuratorsNodesOfEachKindCount) {
     zkt::create_path(path);
     const auto node = curator.create_ephemeral_sequential(path + "/" + r.node);
     ASSERT_TRUE(node);
-    contender<TypeParam> c{s, path, r.ours};
+    kind_contender<TypeParam> c{s, path, r.ours};
     EXPECT_FALSE(c.try_lock()) << "a " << name(r.ours) << " beside Curator's " << r.node;
     EXPECT_EQ(curator.remove(*node), 0);
     EXPECT_TRUE(c.try_lock());
@@ -198,7 +198,7 @@ TYPED_TEST(PathKinds, ALockOnASemaphorePathFailsSayingSoAndLeavesNothing) {
   for (bool lease_held : {false, true}) {
     if (lease_held) sem.acquire();
     for (kind k : all_kinds) {
-      contender<TypeParam> c{other, path, k};
+      kind_contender<TypeParam> c{other, path, k};
       std::string what;
       EXPECT_EQ(code_of([&] { (void)c.try_lock(); }, &what), mismatch) << name(k) << ", lease held " << lease_held;
       EXPECT_NE(what.find("semaphore's path"), std::string::npos) << what;

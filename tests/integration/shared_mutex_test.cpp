@@ -34,12 +34,6 @@ std::size_t count_marked(const std::string& path, const std::string& marker) {
       kids.begin(), kids.end(), [&](const std::string& k) { return k.find(marker) != std::string::npos; }));
 }
 
-std::vector<std::unique_ptr<zklock::session>> open_sessions(int n) {
-  std::vector<std::unique_ptr<zklock::session>> out;
-  for (int i = 0; i < n; ++i) out.push_back(std::make_unique<zklock::session>(zkt::options()));
-  return out;
-}
-
 void raise_max(std::atomic<int>& max, int now) {
   int seen = max.load();
   while (now > seen && !max.compare_exchange_weak(seen, now)) {}
@@ -48,7 +42,7 @@ void raise_max(std::atomic<int>& max, int now) {
 // Four sessions hold the read side at the same time; every node is a __READ__ node.
 TYPED_TEST(SharedMutex, ReadersOverlap) {
   const auto path = zkt::unique_path("rw-readers");
-  auto sessions = open_sessions(4);
+  auto sessions = zkt::open_sessions(4);
   std::vector<std::unique_ptr<typename TypeParam::shared_mutex>> readers;
   for (auto& s : sessions) readers.push_back(std::make_unique<typename TypeParam::shared_mutex>(*s, path));
   readers[0]->lock_shared();
@@ -201,7 +195,7 @@ TYPED_TEST(SharedMutex, UpgradeIsRefused) {
 TYPED_TEST(SharedMutex, MixedLoad) {
   const auto path = zkt::unique_path("rw-mixed");
   constexpr int threads = 8, rounds = 10;
-  auto sessions = open_sessions(threads);
+  auto sessions = zkt::open_sessions(threads);
   std::atomic<int> readers{0}, writers{0}, max_readers{0}, violations{0}, writes{0};
   {
     std::vector<std::jthread> pool;

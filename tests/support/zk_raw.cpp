@@ -243,6 +243,12 @@ zklock::session_options options(std::chrono::milliseconds session_timeout) {
   return o;
 }
 
+std::vector<std::unique_ptr<zklock::session>> open_sessions(int n) {
+  std::vector<std::unique_ptr<zklock::session>> out;
+  for (int i = 0; i < n; ++i) out.push_back(std::make_unique<zklock::session>(options()));
+  return out;
+}
+
 std::string tls_connect() {
   const char* c = std::getenv("ZKLOCK_TEST_ZK_TLS");
   return c ? c : "";

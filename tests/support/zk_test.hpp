@@ -59,6 +59,9 @@ long long server_watch_count();
 /// one handoff ahead (or, with ZKLOCK_TEST_LOOK_AHEAD=never, that never do).
 zklock::session_options options(std::chrono::milliseconds session_timeout = std::chrono::milliseconds{4000});
 
+/// Returns: `n` sessions made from options(), open.
+std::vector<std::unique_ptr<zklock::session>> open_sessions(int n);
+
 /// Returns: the TLS address of a `tools/zk start --tls` server (ZKLOCK_TEST_ZK_TLS), or "" if the
 /// fixture has none.
 std::string tls_connect();
