@@ -5,7 +5,9 @@
 //   object (each queues a contender of its own; a callback, no thread, per acquire). Once the
 //   server lists N + 1 contenders and N more watches are armed, the resident memory grown since
 //   before the first call, over N, is the memory per pending acquire (the session, the lock object
-//   and zklock's completion thread were there before); the heap's bytes in use (mallinfo2) grown
+//   and zklock's completion thread were there before; the fibers the burst makes, each step's stack
+//   while it runs, kept by the session for its life, at most async_runner's limit, are counted in it
+//   and reported apart: fiber_stacks_rss_bytes); the heap's bytes in use (mallinfo2) grown
 //   over the same time, over N, tell live allocations from the allocator's slack. Then the holder
 //   lets go; every callback releases its hold at once, handing over to the next: grants per second
 //   while the chain drains, the handoff latency (one callback's start to the next's), fencing
@@ -129,6 +131,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   const long long watches0 = scale::watch_count(o.connect);
   outcomes out{n};
 
+  const auto fibers0 = scale::fiber_stacks_now();
   const auto rss0 = scale::rss_bytes();
   const auto heap0 = scale::heap_bytes();
   const double cpu0 = scale::cpu_us();
@@ -142,6 +145,8 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   const double fill_cpu_us = scale::cpu_us() - cpu0;  // with the polls' few queries
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
+  const auto fibers = scale::fiber_stacks_now();
+  const std::int64_t fiber_rss = fibers.resident - fibers0.resident;  // made in the window, kept by the session
 
   const long long packets0 = scale::mntr(o.connect, "zk_packets_received");
   const auto t0 = clock_type::now();
@@ -166,10 +171,12 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   };
   std::printf(
       "{\"scenario\":\"async_one_path\",\"pending\":%d,\"issue_ms\":%.1f,\"fill_ms\":%.0f,"
-      "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"drain_ms\":%.0f,"
+      "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"fibers\":%d,"
+      "\"fiber_stacks_rss_bytes\":%lld,\"rss_per_pending_without_fiber_stacks_bytes\":%.0f,\"drain_ms\":%.0f,"
       "\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,"
       "\"fill_cpu_us_per_acquire\":%.1f,\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
-      n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, drain_ms,
+      n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, fibers.count,
+      static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms,
       n / (drain_ms / 1000), pct(0.5), pct(0.9),
       packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, fill_cpu_us / n, in_order ? "true" : "false",
       out.failed() ? "true" : "false", sizeof(zklock::lock_hold));
@@ -201,6 +208,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const long long watches0 = scale::watch_count(o.connect);
   outcomes out{n};
 
+  const auto fibers0 = scale::fiber_stacks_now();
   const auto rss0 = scale::rss_bytes();
   const auto heap0 = scale::heap_bytes();
   const double cpu0 = scale::cpu_us();
@@ -218,6 +226,8 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const double fill_cpu_us = scale::cpu_us() - cpu0;
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
+  const auto fibers = scale::fiber_stacks_now();
+  const std::int64_t fiber_rss = fibers.resident - fibers0.resident;  // made in the window, kept by the session
 
   const auto t0 = clock_type::now();
   holders.release_kept();
@@ -228,10 +238,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   std::printf(
       "{\"scenario\":\"async_many_paths\",\"pending\":%d,\"holders_granted_s\":%.0f,\"issue_ms\":%.1f,"
       "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
+      "\"fibers\":%d,\"fiber_stacks_rss_bytes\":%lld,\"rss_per_pending_without_fiber_stacks_bytes\":%.0f,"
       "\"drain_ms\":%.0f,\"grants_s\":%.0f,\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,"
       "\"in_order\":%s,\"errors\":%s}\n",
       n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
-      drain_ms, n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
+      fibers.count, static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms, n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
       in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());
