@@ -206,6 +206,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const double hold_cpu_us = scale::cpu_us() - hold_cpu0;
   if (holders.failed()) throw std::system_error(holders.error(), "scale: a holder's acquire failed");
   const long long watches0 = scale::watch_count(o.connect);
+  const long long fill_packets0 = scale::mntr(o.connect, "zk_packets_received");
   outcomes out{n};
 
   const auto fibers0 = scale::fiber_stacks_now();
@@ -228,6 +229,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const auto heap_pending = scale::heap_bytes();
   const auto fibers = scale::fiber_stacks_now();
   const std::int64_t fiber_rss = fibers.resident - fibers0.resident;  // made in the window, kept by the session
+  const long long fill_packets1 = scale::mntr(o.connect, "zk_packets_received");  // both sessions' requests
 
   const auto t0 = clock_type::now();
   holders.release_kept();
@@ -240,10 +242,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
       "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
       "\"fibers\":%d,\"fiber_stacks_rss_bytes\":%lld,\"rss_per_pending_without_fiber_stacks_bytes\":%.0f,"
       "\"drain_ms\":%.0f,\"grants_s\":%.0f,\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,"
-      "\"in_order\":%s,\"errors\":%s}\n",
+      "\"server_requests_per_queued_acquire\":%.2f,\"in_order\":%s,\"errors\":%s}\n",
       n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
-      fibers.count, static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms, n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
-      in_order ? "true" : "false", out.failed() ? "true" : "false");
+      fibers.count, static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms,
+      n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
+      fill_packets0 < 0 || fill_packets1 < 0 ? -1.0 : double(fill_packets1 - fill_packets0) / n, in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());
   return in_order && !out.failed();
