@@ -246,7 +246,8 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
       n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
       fibers.count, static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms,
       n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
-      fill_packets0 < 0 || fill_packets1 < 0 ? -1.0 : double(fill_packets1 - fill_packets0) / n, in_order ? "true" : "false", out.failed() ? "true" : "false");
+      fill_packets0 < 0 || fill_packets1 < 0 ? -1.0 : double(fill_packets1 - fill_packets0) / n,
+      in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_many_paths: %s\n", out.error().message().c_str());
   return in_order && !out.failed();
