@@ -385,20 +385,23 @@ void many_paths(const config& cfg, const std::string& base) {
   // (b) queued behind the holders
   for (std::size_t i = 0; i < n; ++i) waiters[i].expected = holders[i].created;
   const double cpu0 = 1e6 * bare::cpu_seconds();
+  const long long switches0 = bare::context_switches();
   const auto t0 = clock_type::now();
   for (auto& w : waiters) send_queued(w, true);
   const double issue_ms = ms_between(t0, clock_type::now());
   const double fill_ms = ms_between(t0, queued.wait(600s));
   const double fill_cpu_us = 1e6 * bare::cpu_seconds() - cpu0;
+  const long long fill_switches = bare::context_switches() - switches0;
   check(queued, "async_many_paths, queued acquires");
   const int per = g_zklock_requests ? 4 : 3;
   std::printf("{\"lib\":\"%s\",\"scenario\":\"async_many_paths\",\"pending\":%zu,"
               "\"holders_issue_ms\":%.1f,\"holders_ms\":%.1f,\"holders_granted_s\":%.0f,\"holder_requests_per_path\":%d,"
               "\"issue_ms\":%.1f,\"fill_ms\":%.1f,\"queued_s\":%.0f,\"requests_per_acquire\":%d,"
-              "\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,\"errors\":0}\n",
+              "\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,"
+              "\"fill_context_switches_per_acquire\":%.2f,\"errors\":0}\n",
               lib_name(), n, hold_issue_ms, hold_ms, static_cast<double>(n) / (hold_ms / 1000), per, issue_ms, fill_ms,
               static_cast<double>(n) / (fill_ms / 1000), per, hold_cpu_us / static_cast<double>(n),
-              fill_cpu_us / static_cast<double>(n));
+              fill_cpu_us / static_cast<double>(n), static_cast<double>(fill_switches) / static_cast<double>(n));
   std::fflush(stdout);
 }
 

@@ -26,6 +26,13 @@ inline double cpu_seconds() {
   return s(r.ru_utime) + s(r.ru_stime);
 }
 
+/// Returns: the context switches (voluntary and not) of the whole process so far, every thread included.
+inline long long context_switches() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  return static_cast<long long>(r.ru_nvcsw) + static_cast<long long>(r.ru_nivcsw);
+}
+
 /// Returns: the first three fields of /proc/loadavg, or "" if unreadable.
 inline std::string loadavg() {
   std::string out;

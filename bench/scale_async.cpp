@@ -213,6 +213,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   const auto rss0 = scale::rss_bytes();
   const auto heap0 = scale::heap_bytes();
   const double cpu0 = scale::cpu_us();
+  const long long switches0 = scale::context_switches();
   const auto t_issue = clock_type::now();
   for (int i = 0; i < n; ++i)
     locks[static_cast<std::size_t>(i)]->async_lock(
@@ -225,6 +226,7 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
   poll_until([&] { return scale::watch_count(o.connect) >= watches0 + 2LL * n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const double fill_cpu_us = scale::cpu_us() - cpu0;
+  const long long fill_switches = scale::context_switches() - switches0;
   const auto rss_pending = scale::rss_bytes();
   const auto heap_pending = scale::heap_bytes();
   const auto fibers = scale::fiber_stacks_now();
@@ -242,10 +244,11 @@ bool many_paths(const zklock::session_options& o, const std::string& base, int n
       "\"fill_ms\":%.0f,\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,"
       "\"fibers\":%d,\"fiber_stacks_rss_bytes\":%lld,\"rss_per_pending_without_fiber_stacks_bytes\":%.0f,"
       "\"drain_ms\":%.0f,\"grants_s\":%.0f,\"holders_cpu_us_per_acquire\":%.1f,\"fill_cpu_us_per_acquire\":%.1f,"
+      "\"fill_context_switches_per_acquire\":%.2f,"
       "\"server_requests_per_queued_acquire\":%.2f,\"in_order\":%s,\"errors\":%s}\n",
       n, n / (hold_ms / 1000), issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n,
       fibers.count, static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms,
-      n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n,
+      n / (drain_ms / 1000), hold_cpu_us / n, fill_cpu_us / n, double(fill_switches) / n,
       fill_packets0 < 0 || fill_packets1 < 0 ? -1.0 : double(fill_packets1 - fill_packets0) / n,
       in_order ? "true" : "false", out.failed() ? "true" : "false");
   std::fflush(stdout);

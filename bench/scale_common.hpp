@@ -85,6 +85,13 @@ inline double cpu_us() {
          static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
 }
 
+/// Returns: the context switches (voluntary and not) of the whole process so far, every thread included.
+inline long long context_switches() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  return static_cast<long long>(r.ru_nvcsw) + static_cast<long long>(r.ru_nivcsw);
+}
+
 /// Returns: `key`'s value in the "mntr" answer of the first host of `zk`, or -1.
 inline long long mntr(const std::string& zk, const std::string& key) {
   const auto values = zkt::mntr(zk);
