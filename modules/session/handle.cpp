@@ -93,6 +93,7 @@ constexpr std::size_t read_buffer_size = 16 * 1024;
 struct read_buffer {
   int fd = -1;  // whose bytes it holds, while begin < end
   std::size_t begin = 0, end = 0;
+  std::uint64_t served = 0;  // bytes handed to the client from it, ever (never goes back)
   std::unique_ptr<char[]> bytes;
   void forget(int closed) noexcept {
     if (closed == fd) fd = -1, begin = end = 0;
@@ -106,9 +107,9 @@ thread_local read_buffer t_read;
 extern "C" bool zklock_zk_read_ahead(int fd) noexcept { return fd >= 0 && t_read.fd == fd && t_read.begin < t_read.end; }
 
 namespace {
-/// Returns: how many bytes of the buffer the client has read so far (it only grows while the buffer
-/// holds one socket's bytes): the loop sees whether a call took any.
-std::size_t read_taken() noexcept { return t_read.begin; }
+/// Returns: how many bytes this thread's read buffer has handed to the client so far: the loop sees
+/// whether a call took any.
+std::uint64_t read_taken() noexcept { return t_read.served; }
 }  // namespace
 
 extern "C" ssize_t zklock_zk_sys_recv(int fd, void* buf, std::size_t len, int flags) {
@@ -129,6 +130,7 @@ extern "C" ssize_t zklock_zk_sys_recv(int fd, void* buf, std::size_t len, int fl
   const std::size_t n = std::min(len, b.end - b.begin);
   std::memcpy(buf, b.bytes.get() + b.begin, n);
   b.begin += n;
+  b.served += n;
   return static_cast<ssize_t>(n);
 }
 
@@ -430,7 +432,7 @@ void io_loop::run() {
     if (stop_.load()) continue;  // closes above
     const send_batch batch;
     run_deferred();
-    std::size_t taken = read_taken();
+    std::uint64_t taken = read_taken();
     int rc = zookeeper_process(zh_, events);
     // The replies read ahead with this one, each in its turn (the client takes one per call), a
     // bounded run before the loop looks at its handle's timers again.
