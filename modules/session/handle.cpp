@@ -79,75 +79,10 @@ extern "C" void zklock_zk_send_batch_end() noexcept {
   }
 }
 
-/// The C client's reads (its recv(2), renamed as its send): it reads each reply as its 4-byte length
-/// and then the rest, two system calls, one reply per zookeeper_process, and the loop polls again
-/// before the next, which under load is most often there already. Instead, the loop's thread reads
-/// what the socket holds into a buffer, up to read_buffer_size at once, and serves the client's
-/// reads from it; the loop goes on with the next reply while the buffer holds bytes, without a poll
-/// (io_loop::run). Only a loop's thread reads its socket and makes a new one (zookeeper_interest,
-/// zookeeper_process), so the buffer is the thread's own; it belongs to one socket at a time, and a
-/// socket closed, or made with a descriptor reused, leaves it empty. (A TLS connection reads through
-/// OpenSSL, which does not call this one: its bytes are never here.)
-namespace {
-constexpr std::size_t read_buffer_size = 16 * 1024;
-struct read_buffer {
-  int fd = -1;  // whose bytes it holds, while begin < end
-  std::size_t begin = 0, end = 0;
-  std::uint64_t served = 0;  // bytes handed to the client from it, ever (never goes back)
-  std::unique_ptr<char[]> bytes;
-  void forget(int closed) noexcept {
-    if (closed == fd) fd = -1, begin = end = 0;
-  }
-};
-thread_local read_buffer t_read;
-}  // namespace
-
-/// Returns: whether this thread's read buffer holds bytes that `fd` sent and the client has not
-/// read yet.
-extern "C" bool zklock_zk_read_ahead(int fd) noexcept { return fd >= 0 && t_read.fd == fd && t_read.begin < t_read.end; }
-
-namespace {
-/// Returns: how many bytes this thread's read buffer has handed to the client so far: the loop sees
-/// whether a call took any.
-std::uint64_t read_taken() noexcept { return t_read.served; }
-}  // namespace
-
-extern "C" ssize_t zklock_zk_sys_recv(int fd, void* buf, std::size_t len, int flags) {
-  read_buffer& b = t_read;
-  if (b.fd != fd && b.begin < b.end) return ::recv(fd, buf, len, flags);  // another socket's (a read-only probe)
-  if (b.begin == b.end) {
-    b.fd = fd;
-    b.begin = b.end = 0;
-    if (flags != 0 || len >= read_buffer_size) return ::recv(fd, buf, len, flags);  // nothing to gain
-    if (!b.bytes) {
-      b.bytes.reset(new (std::nothrow) char[read_buffer_size]);
-      if (!b.bytes) return ::recv(fd, buf, len, flags);
-    }
-    const ssize_t n = ::recv(fd, b.bytes.get(), read_buffer_size, 0);
-    if (n <= 0) return n;  // the end of the stream, or an error (errno as recv left it)
-    b.end = static_cast<std::size_t>(n);
-  }
-  const std::size_t n = std::min(len, b.end - b.begin);
-  std::memcpy(buf, b.bytes.get() + b.begin, n);
-  b.begin += n;
-  b.served += n;
-  return static_cast<ssize_t>(n);
-}
-
-/// The C client's socket(2) (renamed as its send): a new socket on a descriptor whose old socket this
-/// thread's read buffer held bytes of starts with none.
-extern "C" int zklock_zk_sys_socket(int domain, int type, int protocol) {
-  const int fd = ::socket(domain, type, protocol);
-  if (fd >= 0) t_read.forget(fd);
-  return fd;
-}
-
 /// The C client's close(2) (renamed as its send): a socket closed while a batch holds writes to it
-/// is forgotten first, so that the batch's end does not touch a descriptor reused meanwhile; so are
-/// the bytes read ahead from it.
+/// is forgotten first, so that the batch's end does not touch a descriptor reused meanwhile.
 extern "C" int zklock_zk_sys_close(int fd) {
   if (fd == t_held_fd) t_held_fd = -1;
-  t_read.forget(fd);
   return ::close(fd);
 }
 
@@ -271,8 +206,6 @@ class send_batch {
 constexpr int max_poll_ms = 1000;
 /// The least the loop waits after a connection attempt failed at once.
 constexpr int min_retry_ms = 10;
-// The most replies the loop takes from its read buffer after a poll before it polls again.
-constexpr int max_replies_ahead = 64;
 /// How often the C client resolves its server list again while connected (see io_loop::open).
 constexpr int resolution_delay_ms = 60'000;
 }  // namespace
@@ -378,8 +311,6 @@ void io_loop::close() noexcept {
 
 void io_loop::run() {
   t_loop = this;
-  bool takes_ahead = true;   // the client took bytes read ahead when last given them
-  bool interest_ok = false;  // the client's last interest accepted the handle
   for (;;) {
     pollfd fds[2] = {{-1, 0, 0}, {wake_fd_, POLLIN, 0}};
     int timeout = max_poll_ms;
@@ -399,7 +330,6 @@ void io_loop::run() {
       int interest = 0;
       timeval tv{};
       const int rc = zookeeper_interest(zh_, &fd, &interest, &tv);
-      interest_ok = rc == ZOK;
       if (fd >= 0) {
         fds[0] = {fd, static_cast<short>(((interest & ZOOKEEPER_READ) ? POLLIN : 0) |
                                           ((interest & ZOOKEEPER_WRITE) ? POLLOUT : 0)),
@@ -414,15 +344,12 @@ void io_loop::run() {
         ms = min_retry_ms;  // a connection that failed at once: try again soon, without spinning
       timeout = static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
     }
-    // Replies read ahead, which the client takes: no wait for more. (A client that took nothing of
-    // them last time, or refuses the handle, waits in the poll as without them.)
-    const bool ahead = takes_ahead && interest_ok && zklock_zk_read_ahead(fds[0].fd);
-    ::poll(fds, 2, ahead ? 0 : timeout);
+    ::poll(fds, 2, timeout);
     if (fds[1].revents & POLLIN) {
       std::uint64_t n;
       [[maybe_unused]] const auto r = ::read(wake_fd_, &n, sizeof n);
     }
-    int events = ahead ? ZOOKEEPER_READ : 0;
+    int events = 0;
     if (fds[0].fd >= 0) {
       if (fds[0].revents & (POLLIN | POLLERR)) events |= ZOOKEEPER_READ;
       if (fds[0].revents & (POLLOUT | POLLHUP)) events |= ZOOKEEPER_WRITE;
@@ -432,24 +359,10 @@ void io_loop::run() {
     if (stop_.load()) continue;  // closes above
     const send_batch batch;
     run_deferred();
-    std::uint64_t taken = read_taken();
-    int rc = zookeeper_process(zh_, events);
-    // The replies read ahead with this one, each in its turn (the client takes one per call), a
-    // bounded run before the loop looks at its handle's timers again.
-    takes_ahead = true;
-    for (int more = 0; rc == ZOK && more < max_replies_ahead && zklock_zk_read_ahead(fds[0].fd) && !stop_.load(); ++more) {
-      if (read_taken() == taken) {
-        takes_ahead = false;  // the client read nothing of them: the poll decides
-        break;
-      }
-      taken = read_taken();
-      run_deferred();
-      rc = zookeeper_process(zh_, ZOOKEEPER_READ);
-    }
     // A refused handshake counts towards the constructor's giving up at once (wait_opened); one
     // that ran out of time is tried again, as any failed connection attempt, until connect_timeout
     // (a server's first handshakes can be slow: a cold JVM under load took over a second).
-    if (rc == ZSSLCONNECTIONERROR)
+    if (zookeeper_process(zh_, events) == ZSSLCONNECTIONERROR)
       if (std::string reason = tls_reason(); !reason.empty()) ctx.impl->states.on_tls_failure(ctx.generation, std::move(reason));
     // A SASL authentication the server refused puts the handle in AUTH_FAILED without a session
     // event (the C client 3.8's zoo_sasl_mark_failed): tell the state machine as if there was one.
