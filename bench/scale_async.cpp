@@ -11,7 +11,9 @@
 //   over the same time, over N, tell live allocations from the allocator's slack. Then the holder
 //   lets go; every callback releases its hold at once, handing over to the next: grants per second
 //   while the chain drains, the handoff latency (one callback's start to the next's), fencing
-//   tokens increasing in grant order.
+//   tokens increasing in grant order. Then the session's second burst of N on the same path: its
+//   resident memory and heap grown, over N, until listed and watched (second_burst_*: the fibers and
+//   the allocator's arenas of the first burst are there), and it drains.
 // many paths: a holder session holds M paths (M asynchronous acquires, granted at once, holds
 //   kept); main's thread issues M more acquires, one per path, on a second session: memory per
 //   pending acquire as above (the lock objects made before); then every holder lets go at once:
@@ -155,6 +157,25 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   const double drain_ms = ms_since(t0);
   const long long packets1 = scale::mntr(o.connect, "zk_packets_received");
 
+  // the session's second burst of as many on the same path: the fibers, the malloc arenas and their
+  // free lists the first one left are there, so the resident memory grows by what the pending
+  // acquires hold beyond the memory the first burst freed
+  holder.lock();
+  outcomes again{n};
+  const long long watches1 = scale::watch_count(o.connect);
+  const auto rss1 = scale::rss_bytes();
+  const auto heap1 = scale::heap_bytes();
+  for (int i = 0; i < n; ++i)
+    m.async_lock([&again, i](std::error_code ec, zklock::lock_hold h) { again.on_grant(i, ec, std::move(h), false); });
+  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender again",
+             limit);
+  poll_until([&] { return scale::watch_count(o.connect) >= watches1 + n; }, "saw every watch armed again", limit);
+  const auto rss_again = scale::rss_bytes();
+  const auto heap_again = scale::heap_bytes();
+  holder.unlock();
+  again.wait_all(limit);
+  if (again.failed()) std::fprintf(stderr, "scale: async_one_path, second burst: %s\n", again.error().message().c_str());
+
   // in grant order: tokens must increase; handoff k is grant k-1 to grant k (the callback's release,
   // its delete's round trip with the next waiter's notification, the completion thread's turn)
   const auto order = out.grant_order();
@@ -174,15 +195,17 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
       "\"rss_per_pending_acquire_bytes\":%.0f,\"heap_per_pending_acquire_bytes\":%.0f,\"fibers\":%d,"
       "\"fiber_stacks_rss_bytes\":%lld,\"rss_per_pending_without_fiber_stacks_bytes\":%.0f,\"drain_ms\":%.0f,"
       "\"handoffs_s\":%.0f,\"handoff_p50_us\":%.0f,\"handoff_p90_us\":%.0f,\"server_requests_per_handoff\":%.2f,"
-      "\"fill_cpu_us_per_acquire\":%.1f,\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
+      "\"fill_cpu_us_per_acquire\":%.1f,\"second_burst_rss_per_pending_acquire_bytes\":%.0f,"
+      "\"second_burst_heap_per_pending_acquire_bytes\":%.0f,\"in_order\":%s,\"errors\":%s,\"sizeof_lock_hold\":%zu}\n",
       n, issue_ms, fill_ms, double(rss_pending - rss0) / n, double(heap_pending - heap0) / n, fibers.count,
       static_cast<long long>(fiber_rss), double(rss_pending - rss0 - fiber_rss) / n, drain_ms,
       n / (drain_ms / 1000), pct(0.5), pct(0.9),
-      packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, fill_cpu_us / n, in_order ? "true" : "false",
-      out.failed() ? "true" : "false", sizeof(zklock::lock_hold));
+      packets0 < 0 || packets1 < 0 ? -1.0 : double(packets1 - packets0) / n, fill_cpu_us / n,
+      double(rss_again - rss1) / n, double(heap_again - heap1) / n, in_order ? "true" : "false",
+      out.failed() || again.failed() ? "true" : "false", sizeof(zklock::lock_hold));
   std::fflush(stdout);
   if (out.failed()) std::fprintf(stderr, "scale: async_one_path: %s\n", out.error().message().c_str());
-  return in_order && !out.failed();
+  return in_order && !out.failed() && !again.failed();
 }
 
 bool many_paths(const zklock::session_options& o, const std::string& base, int n, std::chrono::seconds limit) {
