@@ -17,12 +17,10 @@ struct zklock_buff_struct {
     char *buffer;
 };
 
-/* Returns: the next name's length at `off` of `b` (in host order), or -1 if fewer than 4 bytes remain. */
+/* Returns: the name length written at `off` of `b` (4 bytes there, big-endian), in host order. */
 static int32_t zklock_name_length(const struct zklock_buff_struct *b, int32_t off)
 {
     uint32_t raw;
-    if (b->len - off < (int32_t)sizeof(raw))
-        return -1;
     memcpy(&raw, b->buffer + off, sizeof(raw));
     return (int32_t)ntohl(raw);
 }
@@ -47,10 +45,13 @@ static int zklock_deserialize_names(struct iarchive *in, const char *tag, struct
     /* first pass: every name's length, checked against what the reply holds */
     off = b->off;
     for (i = 0; i < count; i++) {
-        int32_t len = zklock_name_length(b, off);
-        if (len < 0)
-            return b->len - off < 4 ? -E2BIG : -EINVAL;
+        int32_t len;
+        if (b->len - off < 4)
+            return -E2BIG;
+        len = zklock_name_length(b, off);
         off += 4;
+        if (len < 0)
+            return -EINVAL;
         if (b->len - off < len)
             return -E2BIG;
         off += len;
