@@ -265,6 +265,12 @@ class async_runner {
   void run_fiber(fiber* f) noexcept;
   /// Effects: runs `f` on this thread until it parks or ends its step. Returns: whether it ended it.
   bool enter(fiber* f) noexcept;
+  /// Effects: `f` (whose step ended) joins the fibers without a step; once no step is under way or
+  /// waits for a fiber, the least recently used of those beyond a few give their stacks' pages
+  /// back. mu_ held. Never throws (free_fibers_ has room: it never outgrows fibers_).
+  void idle_locked(fiber* f) noexcept;
+  /// Returns: a fiber without a step (the most recently used), or nullptr. mu_ held.
+  fiber* take_free_locked() noexcept;
   using timer_key = std::pair<clock::time_point, std::uint64_t>;
   timer_key add_timer(clock::time_point at, std::weak_ptr<resume_waiter> w);
   void cancel_timer(const timer_key& k) noexcept;
@@ -284,7 +290,8 @@ class async_runner {
   std::deque<std::function<void()>> tasks_;  // steps not started yet
   std::deque<fiber*> ready_;                 // parked steps woken, to resume (before new ones)
   std::vector<fiber*> fibers_;               // every fiber made (freed with the runner)
-  std::vector<fiber*> free_fibers_;          // of which have no step
+  std::vector<fiber*> free_fibers_;          // of which have no step (the most recently used last)
+  std::size_t trimmed_ = 0;                  // free_fibers_[0, trimmed_) gave their stacks' pages back
   std::size_t making_fibers_ = 0;            // being made (they count against max_fibers)
   std::map<clock::time_point, std::vector<std::pair<fiber*, std::uint64_t>>> fiber_timers_;  // by tick
   std::deque<std::function<void()>> completions_;

@@ -128,13 +128,14 @@ struct fiber {
   // it runs; with swapcontext: its ucontext_t (in its mapping) and that thread's.
   void* sp = nullptr;
   void* back = nullptr;
-  char* map = nullptr;              // its mapping: a guard page, the stack, the fiber
+  char* map = nullptr;              // its mapping: a guard page and the stack (the fiber is on the heap)
   std::size_t map_size = 0;
   char* stack = nullptr;            // the stack's lowest address
   std::size_t stack_size_ = 0;
   async_runner* runner = nullptr;
   std::function<void()> task;       // its step, while it has one
   bool task_done = false;           // it ended its step (set on the fiber, read by its thread)
+  bool trimmed = false;             // its stack's pages given back while it had no step (idle_locked)
   std::atomic<bool> running{false}; // a thread runs it: a wake-up waits until it parked
   std::atomic<std::uint64_t> park{0};  // its park's ticket × 2, + 1 once woken
   struct eh_state {
@@ -222,8 +223,30 @@ void fiber_start(unsigned hi, unsigned lo) noexcept {
 }
 #endif
 
-/// Returns: a new fiber of `r`: one mapping holds its guard page, its stack and the fiber itself (at
-/// the top: no heap). Throws: std::bad_alloc if it cannot be mapped.
+#if ZKLOCK_FIBER_ASM
+/// Effects: makes `f` start afresh at fiber_main on its next switch: what zklock_fiber_switch pops
+/// on that switch, at the top of its stack: the control words (their defaults), r15, r14, r13 =
+/// fiber_main, r12 = f, rbx, rbp, and the return address zklock_fiber_start.
+void start_afresh(fiber& f) noexcept {
+  auto* sp = reinterpret_cast<std::uintptr_t*>(reinterpret_cast<std::uintptr_t>(f.stack + f.stack_size_) &
+                                               ~std::uintptr_t{15});
+  *--sp = 0;
+  *--sp = reinterpret_cast<std::uintptr_t>(&zklock_fiber_start);
+  *--sp = 0;                                              // rbp
+  *--sp = 0;                                              // rbx
+  *--sp = reinterpret_cast<std::uintptr_t>(&f);           // r12
+  *--sp = reinterpret_cast<std::uintptr_t>(&fiber_main);  // r13: never returns
+  *--sp = 0;                                              // r14
+  *--sp = 0;                                              // r15
+  *--sp = std::uintptr_t{0x037f} << 32 | 0x1f80;          // x87 control word, MXCSR
+  f.sp = sp;
+}
+#endif
+
+/// Returns: a new fiber of `r`: a mapping holds its guard page and its stack (with swapcontext, its
+/// ucontext_t at the top); the fiber itself is on the heap, so that a fiber without a step can give
+/// its stack's pages back (idle_locked) and stay what wakers and timers point to. Throws:
+/// std::bad_alloc if it cannot be mapped.
 fiber* make_fiber(async_runner* r) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t size = page + fiber::stack_size;
@@ -231,37 +254,30 @@ fiber* make_fiber(async_runner* r) {
   if (m == MAP_FAILED) throw std::bad_alloc{};
   char* const map = static_cast<char*>(m);
   ::mprotect(map, page, PROT_NONE);  // a guard: a step that overflows its stack faults
+  fiber* f;
+  try {
+    f = new fiber;
+  } catch (...) {
+    ::munmap(map, size);
+    throw;
+  }
 #if ZKLOCK_FIBER_ASM
   constexpr std::size_t context = 0;
 #else
-  constexpr std::size_t context = (sizeof(ucontext_t) + 63) & ~std::size_t{63};  // below the fiber
+  constexpr std::size_t context = (sizeof(ucontext_t) + 63) & ~std::size_t{63};  // at the top
 #endif
-  const auto at = (reinterpret_cast<std::uintptr_t>(map + size) - sizeof(fiber)) & ~std::uintptr_t{63};
-  const auto top = at - context;
-  auto* f = ::new (reinterpret_cast<void*>(at)) fiber;
+  const auto top = ((reinterpret_cast<std::uintptr_t>(map + size)) & ~std::uintptr_t{63}) - context;
   f->map = map;
   f->map_size = size;
   f->stack = map + page;
   f->stack_size_ = static_cast<std::size_t>(reinterpret_cast<char*>(top) - f->stack);
   f->runner = r;
 #if ZKLOCK_FIBER_ASM
-  // What zklock_fiber_switch pops on the first switch to it: the control words (their defaults),
-  // r15, r14, r13 = fiber_main, r12 = f, rbx, rbp, and the return address zklock_fiber_start.
-  auto* sp = reinterpret_cast<std::uintptr_t*>(top & ~std::uintptr_t{15});
-  *--sp = 0;
-  *--sp = reinterpret_cast<std::uintptr_t>(&zklock_fiber_start);
-  *--sp = 0;                                            // rbp
-  *--sp = 0;                                            // rbx
-  *--sp = reinterpret_cast<std::uintptr_t>(f);          // r12
-  *--sp = reinterpret_cast<std::uintptr_t>(&fiber_main); // r13: never returns
-  *--sp = 0;                                            // r14
-  *--sp = 0;                                            // r15
-  *--sp = std::uintptr_t{0x037f} << 32 | 0x1f80;        // x87 control word, MXCSR
-  f->sp = sp;
+  start_afresh(*f);
 #else
   auto* uc = ::new (reinterpret_cast<void*>(top)) ucontext_t{};
   if (::getcontext(uc) != 0) {
-    f->~fiber();
+    delete f;
     ::munmap(map, size);
     throw std::bad_alloc{};
   }
@@ -283,11 +299,20 @@ void free_fiber(fiber* f) noexcept {
 #if ZKLOCK_FIBER_TSAN
   __tsan_destroy_fiber(f->tsan);
 #endif
-  char* const map = f->map;
-  const std::size_t size = f->map_size;
-  f->~fiber();
-  ::munmap(map, size);
+  ::munmap(f->map, f->map_size);
+  delete f;
 }
+
+/// How many fibers without a step keep their stacks' pages (the most recently used: the next steps
+/// take them), once no step is under way or waits for one; the others give theirs back (idle_locked). A burst of
+/// steps makes up to max_fibers fibers, one page resident each, for the session's life otherwise.
+/// Only on x86-64 without a sanitizer: a fiber that starts afresh abandons its old frames, which
+/// AddressSanitizer's and ThreadSanitizer's bookkeeping of a fiber's stack would not follow.
+#if ZKLOCK_FIBER_ASM && !ZKLOCK_FIBER_ASAN && !ZKLOCK_FIBER_TSAN
+constexpr std::size_t keep_idle_fibers = 16;
+#else
+constexpr std::size_t keep_idle_fibers = std::size_t(-1);
+#endif
 
 }  // namespace
 
@@ -328,6 +353,12 @@ bool async_runner::enter(fiber* f) noexcept {
   // A fiber woken while still parking is resumed once its old thread has left it.
   while (f->running.load(std::memory_order_acquire)) std::this_thread::yield();
   f->running.store(true, std::memory_order_relaxed);
+#if ZKLOCK_FIBER_ASM
+  if (f->trimmed) {  // its stack's pages were given back while it had no step (idle_locked)
+    start_afresh(*f);
+    f->trimmed = false;
+  }
+#endif
   fiber::eh_state* eh = eh_globals();
   const fiber::eh_state mine = *eh;
   *eh = f->eh;
@@ -378,7 +409,7 @@ void async_runner::run_fiber(fiber* f) noexcept {
         tasks_.pop_front();
         continue;
       }
-      free_fibers_.push_back(f);
+      idle_locked(f);
       wanted = !tasks_.empty() && idle_ != 0;  // a step waits for a fiber (max_fibers)
     }
     if (wanted) cv_.notify_one();
@@ -391,10 +422,7 @@ void async_runner::resume_here(std::coroutine_handle<> h) {
   fiber* f = nullptr;
   if (t_steps_here && !this_fiber()) {
     std::lock_guard lk{mu_};
-    if (!stopping_ && tasks_.empty() && !free_fibers_.empty()) {
-      f = free_fibers_.back();
-      free_fibers_.pop_back();
-    }
+    if (!stopping_ && tasks_.empty()) f = take_free_locked();
   }
   if (!f) return post(h);
   try {
@@ -402,11 +430,38 @@ void async_runner::resume_here(std::coroutine_handle<> h) {
   } catch (...) {
     {
       std::lock_guard lk{mu_};
-      free_fibers_.push_back(f);
+      idle_locked(f);
     }
     throw;
   }
   run_fiber(f);
+}
+
+void async_runner::idle_locked(fiber* f) noexcept {
+  free_fibers_.push_back(f);  // (reserved: see run_steps)
+  if (f->trimmed) {  // never entered since it gave its pages back (resume_here's failure): not last
+    std::swap(free_fibers_[trimmed_], free_fibers_.back());
+    ++trimmed_;
+  }
+  // Once no step is under way or waits for a fiber (not while a burst goes on, where a fiber given
+  // back would soon be taken again, at the cost of a page fault): the least recently used fibers
+  // beyond keep_idle_fibers that still have their pages give them back. Nothing on their stacks is
+  // needed (their steps ended), and the next step of each starts it afresh (enter). They stay:
+  // wakers and timers that still point to one (with an old ticket) find it, and ignore it.
+  if (!tasks_.empty() || free_fibers_.size() != fibers_.size()) return;
+  while (free_fibers_.size() - trimmed_ > keep_idle_fibers) {
+    fiber& cold = *free_fibers_[trimmed_++];
+    ::madvise(cold.stack, static_cast<std::size_t>(cold.map + cold.map_size - cold.stack), MADV_DONTNEED);
+    cold.trimmed = true;
+  }
+}
+
+fiber* async_runner::take_free_locked() noexcept {
+  if (free_fibers_.empty()) return nullptr;
+  fiber* const f = free_fibers_.back();
+  free_fibers_.pop_back();
+  if (trimmed_ > free_fibers_.size()) trimmed_ = free_fibers_.size();  // it was the last trimmed one
+  return f;
 }
 
 void async_runner::post_ready(fiber* f) noexcept {
@@ -634,8 +689,7 @@ void async_runner::run_steps() {
       ready_.pop_front();
     } else {
       if (!free_fibers_.empty()) {
-        f = free_fibers_.back();
-        free_fibers_.pop_back();
+        f = take_free_locked();
       } else {
         ++making_fibers_;
         lk.unlock();
@@ -648,12 +702,14 @@ void async_runner::run_steps() {
         if (!f) continue;
         try {
           fibers_.push_back(f);
+          free_fibers_.reserve(fibers_.size());  // so that idle_locked never allocates
         } catch (...) {
+          if (fibers_.back() == f) fibers_.pop_back();
           free_fiber(f);
           continue;
         }
         if (tasks_.empty()) {  // another thread took the step meanwhile
-          free_fibers_.push_back(f);
+          idle_locked(f);
           continue;
         }
       }
