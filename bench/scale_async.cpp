@@ -141,7 +141,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   for (int i = 0; i < n; ++i)
     m.async_lock([&out, i](std::error_code ec, zklock::lock_hold h) { out.on_grant(i, ec, std::move(h), false); });
   const double issue_ms = ms_since(t_issue);  // main's thread is free again from here
-  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender", limit);
+  poll_until([&] { return raw.children(path) >= static_cast<std::size_t>(n) + 1; }, "saw every contender", limit);
   poll_until([&] { return scale::watch_count(o.connect) >= watches0 + n; }, "saw every watch armed", limit);
   const double fill_ms = ms_since(t_issue);
   const double fill_cpu_us = scale::cpu_us() - cpu0;  // with the polls' few queries
@@ -167,7 +167,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   const auto heap1 = scale::heap_bytes();
   for (int i = 0; i < n; ++i)
     m.async_lock([&again, i](std::error_code ec, zklock::lock_hold h) { again.on_grant(i, ec, std::move(h), false); });
-  poll_until([&] { return raw.listing(path).first >= static_cast<std::size_t>(n) + 1; }, "saw every contender again",
+  poll_until([&] { return raw.children(path) >= static_cast<std::size_t>(n) + 1; }, "saw every contender again",
              limit);
   poll_until([&] { return scale::watch_count(o.connect) >= watches1 + n; }, "saw every watch armed again", limit);
   const auto rss_again = scale::rss_bytes();

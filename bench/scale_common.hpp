@@ -144,6 +144,7 @@ class raw_view {
   /// Returns: the number of children of `path`, and the size of the listing's reply payload in
   /// bytes (a 4-byte count, then a 4-byte length and the bytes of each name).
   std::pair<std::size_t, std::size_t> listing(const std::string& path) {
+    // (a poll while acquires queue uses children(): this allocates the names in this process)
     String_vector kids{};
     if (::zoo_get_children(zh_, path.c_str(), 0, &kids) != ZOK) return {0, 0};
     std::size_t bytes = 4;
@@ -151,6 +152,14 @@ class raw_view {
     const auto n = static_cast<std::size_t>(kids.count);
     ::deallocate_String_vector(&kids);
     return {n, bytes};
+  }
+
+  /// Returns: the number of children of `path` (its stat's count: a reply of a few bytes, so that
+  /// polling it while acquires queue adds nothing to this process's memory), 0 if it is absent.
+  std::size_t children(const std::string& path) {
+    Stat st{};
+    if (::zoo_exists(zh_, path.c_str(), 0, &st) != ZOK) return 0;
+    return static_cast<std::size_t>(st.numChildren);
   }
 
  private:

@@ -702,7 +702,8 @@ void async_runner::run_steps() {
         if (!f) continue;
         try {
           fibers_.push_back(f);
-          free_fibers_.reserve(fibers_.size());  // so that idle_locked never allocates
+          // so that idle_locked never allocates (growing as fibers_ grows, not by one each time)
+          if (free_fibers_.capacity() < fibers_.size()) free_fibers_.reserve(fibers_.capacity());
         } catch (...) {
           if (fibers_.back() == f) fibers_.pop_back();
           free_fiber(f);
