@@ -199,7 +199,8 @@ class attempt {
   /// Throws: as arm_watches.
   /// `version` >= 0: the last of `paths` is a semaphore's node, watched for a change of its lease
   /// count read at that data version (watch_slot::expect_version).
-  void watch_ahead(const std::vector<std::string>& paths, std::int32_t version = -1) {
+  /// (The paths of the watches it arms are moved out of `paths`.)
+  void watch_ahead(std::vector<std::string>& paths, std::int32_t version = -1) {
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
       drop(w, false);
@@ -212,10 +213,11 @@ class attempt {
     const bool own = guard_->claim_watch();
     std::vector<std::shared_ptr<watch_slot>> fresh;
     try {
-      for (const auto& p : paths)
+      for (auto& p : paths)
         if (std::none_of(ahead_.begin(), ahead_.end(), [&](const auto& w) { return w->path == p; })) {
-          fresh.push_back(std::make_shared<watch_slot>(p, relay_));
-          if (version >= 0 && &p == &paths.back()) fresh.back()->expect_version = version;
+          const bool last = &p == &paths.back();
+          fresh.push_back(std::make_shared<watch_slot>(std::move(p), relay_));
+          if (version >= 0 && last) fresh.back()->expect_version = version;
         }
       ahead_.reserve(ahead_.size() + fresh.size());  // (no throw below once they are sent)
     } catch (...) {
@@ -434,7 +436,8 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
       if constexpr (leases) {  // and a semaphore's lease count changing
         bool changed = false;
         (void)at.take_fired(changed);
-        at.watch_ahead({lock_path}, lease_version);
+        std::vector<std::string> node{lock_path};
+        at.watch_ahead(node, lease_version);
       }
       if (at.children_armed()) {  // else it fired already (or none was armed): look again now
         if (!co_await at.wait(deadline)) co_return std::nullopt;

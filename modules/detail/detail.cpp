@@ -13,6 +13,8 @@ module;
 #include <string>
 #include <string_view>
 #include <vector>
+#include <mutex>
+#include <pthread.h>
 #include <unistd.h>
 #include <utility>
 #include <range/v3/action/sort.hpp>
@@ -171,13 +173,49 @@ std::string contender_prefix(contender_kind k, std::uint32_t permits) {
   return p;
 }
 
-std::string contender_data() {
+namespace {
+
+/// Returns: "host=<hostname> pid=<pid>", as the system says now.
+std::string read_identity() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
+  return "host=" + std::string{host} + " pid=" + std::to_string(::getpid());
+}
+
+/// Who this process is, read once (two system calls less per acquire), and again in a child
+/// after a fork: the fork handlers keep the lock from being held by a thread the child lacks.
+struct identity_cache {
+  std::mutex mu;
+  std::string text;  // empty: read it (at first, and in a forked child)
+
+  static identity_cache& get() {
+    static identity_cache* const c = [] {
+      auto* made = new identity_cache;  // never destroyed: acquires may run during static destruction
+      ::pthread_atfork([] { get().mu.lock(); }, [] { get().mu.unlock(); },
+                       [] {
+                         get().text.clear();
+                         get().mu.unlock();
+                       });
+      return made;
+    }();
+    return *c;
+  }
+};
+
+}  // namespace
+
+std::string contender_data() {
+  std::string out;
+  {
+    identity_cache& c = identity_cache::get();
+    std::lock_guard lk{c.mu};
+    if (c.text.empty()) c.text = read_identity();
+    out = c.text;
+  }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  return "host=" + std::string{host} + " pid=" + std::to_string(::getpid()) + " since=" + std::to_string(ms);
+  return out.append(" since=").append(std::to_string(ms));
 }
 
 namespace {
