@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <zookeeper/zookeeper.h>
+#include "fiber_stacks.hpp"
 #include "four_letter.hpp"
 
 namespace scale {
@@ -33,46 +34,8 @@ inline std::int64_t rss_bytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
-/// What a session's fiber stacks hold resident (zklock's async runner maps each fiber as a 4 KB
-/// inaccessible guard page right below a 256 KB read-write stack; the library offers no count).
-struct fiber_stacks {
-  int count = 0;
-  std::int64_t resident = 0;  // bytes
-};
-
-/// Returns: every private anonymous read-write mapping of 256 KB that starts where a 4 KB
-/// inaccessible one ends (as a fiber's stack does), counted, with its resident bytes summed
-/// (/proc/self/smaps).
-inline fiber_stacks fiber_stacks_now() {
-  std::ifstream f{"/proc/self/smaps"};
-  fiber_stacks out;
-  std::string line;
-  unsigned long prev_lo = 0, prev_hi = 0;
-  bool prev_guard = false, in_stack = false;
-  while (std::getline(f, line)) {
-    unsigned long lo = 0, hi = 0;
-    char perms[5] = {};
-    unsigned long offset = 0;
-    unsigned dev_major = 0, dev_minor = 0;
-    unsigned long inode = 0;
-    int used = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s %lx %x:%x %lu%n", &lo, &hi, perms, &offset, &dev_major, &dev_minor,
-                    &inode, &used) == 7) {
-      const std::string_view p{perms};
-      const bool anonymous = inode == 0 && line.find_first_not_of(' ', static_cast<std::size_t>(used)) == std::string::npos;
-      in_stack = anonymous && p == "rw-p" && hi - lo == 256 * 1024 && prev_guard && prev_hi == lo &&
-                 prev_hi - prev_lo == 4096;
-      if (in_stack) ++out.count;
-      prev_guard = anonymous && p == "---p";
-      prev_lo = lo;
-      prev_hi = hi;
-      continue;
-    }
-    long long kb = 0;
-    if (in_stack && std::sscanf(line.c_str(), "Rss: %lld kB", &kb) == 1) out.resident += kb * 1024;
-  }
-  return out;
-}
+using zkt::fiber_stacks;
+using zkt::fiber_stacks_now;
 
 /// Returns: the bytes the heap has handed out and not got back (every malloc arena).
 inline std::int64_t heap_bytes() { return static_cast<std::int64_t>(::mallinfo2().uordblks); }

@@ -688,9 +688,7 @@ void async_runner::run_steps() {
       f = ready_.front();
       ready_.pop_front();
     } else {
-      if (!free_fibers_.empty()) {
-        f = take_free_locked();
-      } else {
+      if (!(f = take_free_locked())) {
         ++making_fibers_;
         lk.unlock();
         try {

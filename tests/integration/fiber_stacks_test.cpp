@@ -7,63 +7,22 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
+#include "fiber_stacks.hpp"
 #include "zk_test.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-/// The fibers' stacks in this process: anonymous 256 KB read-write mappings right above a 4 KB
-/// guard, as the runner maps them, how many of them have pages resident, and how many bytes in
-/// all (/proc/self/smaps).
-struct stacks {
-  int count = 0;
-  int touched = 0;
-  long long resident = 0;
-};
-
-stacks stacks_now() {
-  std::ifstream f{"/proc/self/smaps"};
-  stacks out;
-  std::string line;
-  unsigned long prev_lo = 0, prev_hi = 0;
-  bool prev_guard = false, in_stack = false;
-  while (std::getline(f, line)) {
-    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
-    char perms[5] = {};
-    unsigned major = 0, minor = 0;
-    int used = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s %lx %x:%x %lu%n", &lo, &hi, perms, &offset, &major, &minor, &inode,
-                    &used) == 7) {
-      const std::string_view p{perms};
-      const bool anonymous =
-          inode == 0 && line.find_first_not_of(' ', static_cast<std::size_t>(used)) == std::string::npos;
-      in_stack = anonymous && p == "rw-p" && hi - lo == 256 * 1024 && prev_guard && prev_hi == lo &&
-                 prev_hi - prev_lo == 4096;
-      if (in_stack) ++out.count;
-      prev_guard = anonymous && p == "---p";
-      prev_lo = lo;
-      prev_hi = hi;
-      continue;
-    }
-    long long kb = 0;
-    if (in_stack && std::sscanf(line.c_str(), "Rss: %lld kB", &kb) == 1 && kb > 0) {
-      ++out.touched;
-      out.resident += kb * 1024;
-    }
-  }
-  return out;
-}
+using stacks = zkt::fiber_stacks;
+using zkt::fiber_stacks_now;
 
 /// Queues `n` asynchronous acquires of `m` behind `holder` (held), waits until the server lists them
 /// all, then lets `holder` go and waits for every completion: each must come once, granted, in the
@@ -116,13 +75,13 @@ TEST(FiberStacks, ABurstGivesItsStacksBackOnceItsStepsEndAndTheFibersStartAfresh
   zklock::session hs{zkt::options()}, as{zkt::options()};
   zklock::mutex holder{hs, path};
   zklock::mutex m{as, path};
-  const stacks before = stacks_now();
+  const stacks before = fiber_stacks_now();
   stacks made;
   burst(holder, m, path, [&] {
     // Every step ends with its watches' request, after its listing: until then its fiber is busy.
     const auto until = std::chrono::steady_clock::now() + 30s;
     do {
-      made = stacks_now();
+      made = fiber_stacks_now();
       if (made.count - before.count >= 32 && made.touched - before.touched <= 16) break;
       std::this_thread::sleep_for(10ms);  // polling what /proc says of the stacks
     } while (std::chrono::steady_clock::now() < until);
