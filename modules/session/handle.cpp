@@ -5,6 +5,7 @@
 // reestablish()) or on the session worker (re-establishment after expiry); close_handle on whichever
 // thread closes or gives up the session; session_watcher on the handle's loop thread.
 module;
+#include <pthread.h>
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
 #include <atomic>
@@ -310,6 +311,7 @@ void io_loop::close() noexcept {
 }
 
 void io_loop::run() {
+  ::pthread_setname_np(::pthread_self(), "zklock-io");  // for ps, top, perf and gdb
   t_loop = this;
   for (;;) {
     pollfd fds[2] = {{-1, 0, 0}, {wake_fd_, POLLIN, 0}};

@@ -2,6 +2,7 @@
 // hold_timers: the thread that ends bounded holds at their longest and deletes the nodes of holds
 // released before their shortest (hold_bounds), and the calls the lock templates use for them.
 module;
+#include <pthread.h>
 // The headers of zklock:session_impl too: what its members use must be reachable here.
 #include <algorithm>
 #include <atomic>
@@ -69,6 +70,7 @@ void hold_timers::stop() noexcept {
 }
 
 void hold_timers::run() {
+  ::pthread_setname_np(::pthread_self(), "zklock-holds");  // for ps, top, perf and gdb
   std::unique_lock lk{mu_};
   while (!stopped_) {
     if (due_.empty()) {

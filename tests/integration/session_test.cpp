@@ -6,17 +6,22 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <future>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -938,6 +943,56 @@ TEST(SessionClose, AClosedSessionLeavesNoThreadBehind) {
     EXPECT_GT(thread_count(), before) << "three live sessions and no thread of their own?";
   }
   EXPECT_EQ(await_threads(before), before) << "a session's handle was left open";
+}
+
+/// Returns: this process's threads, by id, with their names (/proc/self/task/ID/comm).
+std::map<std::string, std::string> thread_names() {
+  std::map<std::string, std::string> names;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream comm{std::string{"/proc/self/task/"} + e->d_name + "/comm"};
+      std::string name;
+      if (std::getline(comm, name)) names.emplace(e->d_name, name);  // (a thread that just ended has none)
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+// Every thread a session starts says whose it is, in ps -L, top -H, perf and gdb: its I/O loop, its
+// worker, the hold bounds' timer, and the asynchronous acquires' step, timer and completion threads.
+TEST(SessionThreads, EveryThreadASessionStartsIsNamedForIt) {
+  (void)zkt::children("/");  // the test helpers' own handle and its threads, before the snapshot
+  const auto before = thread_names();
+  zklock::session s{zkt::options()};
+  zklock::mutex m{s, zkt::unique_path("named")};
+  m.set_hold_bounds({.at_most = 1h});  // starts the session's hold timer
+  m.lock();
+  std::promise<std::error_code> granted;
+  zklock::mutex other{s, zkt::unique_path("named-async")};
+  other.async_lock([&](std::error_code ec, zklock::lock_hold h) {
+    h.unlock();
+    granted.set_value(ec);
+  });
+  auto done = granted.get_future();
+  ASSERT_EQ(done.wait_for(60s), std::future_status::ready) << "no completion of the asynchronous acquire";
+  EXPECT_FALSE(done.get());
+  // A thread names itself as it starts: one just started (a step thread the completion's post
+  // woke) may not have yet. Polled, not slept on: /proc is read until every new thread is named.
+  const std::set<std::string> expected{"zklock-io", "zklock-worker", "zklock-holds", "zklock-step", "zklock-done"};
+  std::set<std::string> started;
+  for (const auto until = steady::now() + 10s; steady::now() < until; std::this_thread::sleep_for(1ms)) {
+    started.clear();
+    for (const auto& [id, name] : thread_names())
+      if (!before.contains(id)) started.insert(name);
+    if (std::ranges::all_of(started, [](const std::string& n) { return n.starts_with("zklock-"); }) &&
+        std::ranges::includes(started, expected))
+      break;
+  }
+  m.unlock();
+  for (const auto& name : started) EXPECT_TRUE(name.starts_with("zklock-")) << "a thread named " << name;
+  for (const auto& name : expected) EXPECT_TRUE(started.contains(name)) << "no thread named " << name;
 }
 
 }  // namespace
