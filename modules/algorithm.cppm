@@ -341,7 +341,9 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
   }
   // An asynchronous acquire sends its create once those started before it on this path did (a
   // lock object's acquires queue in the order of the calls); a try without a wait does not wait.
-  if (turn && clock::now() < deadline) {
+  // (Looked at first without a waiter: most often the turn is there, and the wait's frame and
+  // waiter would only be made and freed.)
+  if (turn && clock::now() < deadline && !turn->ready(nullptr)) {
     auto in_turn = [turn](const std::shared_ptr<wake_target>& w) { return turn->ready(w); };
     if (!co_await wait_until_ready<Wakeup>(s, in_turn, deadline, wc.stop)) co_return std::nullopt;
   }

@@ -364,7 +364,8 @@ class send_turn final : public create_sent {
   void sent() noexcept override {
     if (!done_.exchange(true)) r_->order().done(path_, ticket_);
   }
-  /// Returns: whether it may send (its turn came, or it sent already); if not, `w` is woken when it may.
+  /// Returns: whether it may send (its turn came, or it sent already); if not, `w` (if any) is woken
+  /// when it may.
   bool ready(const std::shared_ptr<wake_target>& w) {
     return done_.load() || r_->order().my_turn(path_, ticket_, w);
   }
