@@ -235,6 +235,7 @@ void session_reaper::join() noexcept {
 }
 
 void session_reaper::run(session_impl& s) {
+  ::pthread_setname_np(::pthread_self(), "zklock-reaper");  // for ps, top, perf and gdb
   std::unique_lock lk{mu_};
   while (!stop_) {
     if (stale_.empty()) {
