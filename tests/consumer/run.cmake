@@ -6,8 +6,9 @@
 #         [-DSOURCE_DIR=<zklock sources>] [-DFORBIDDEN_PATH=<where the prefix was installed>]
 #         [-DSCAN_DEPS=...] [-DMAKE_PROGRAM=...] [-DBUILD_TYPE=...] [-DSANITIZE=...]
 #         [-DEXPECT_MODE=<mode of zklock's BMIs, e.g. gnu++20>] [-DEXPECT_REFUSAL=<regex>]
-#         -P run.cmake [-- <more arguments for the consumer's configure step>]
-# A run (ZKLOCK_TEST_ZK set) must lock; a refusal must stop the configure step with one error.
+#         [-DCONFIGURE_ONLY=ON] -P run.cmake [-- <more arguments for the consumer's configure step>]
+# A run (ZKLOCK_TEST_ZK set) must lock; a refusal must stop the configure step with one error;
+# CONFIGURE_ONLY stops after the configure step's checks (a row whose build another row makes).
 cmake_minimum_required(VERSION 3.28)
 foreach(var WAY WORK_DIR CXX)
   if(NOT ${var})
@@ -101,7 +102,24 @@ if(WAY STREQUAL "installed" AND cache MATCHES "ZooKeeper_INCLUDE_DIR|range-v3_DI
   message(FATAL_ERROR "run.cmake: find_package(zklock) looked for headers its users never include")
 endif()
 
-# 2. Build: no warning at all (zklock's module interface and, as a subproject, its library are
+file(READ "${build}/build.ninja" ninja)
+if(FORBIDDEN_PATH)
+  string(FIND "${ninja}${cache}" "${FORBIDDEN_PATH}" at)
+  if(at GREATER -1)
+    message(FATAL_ERROR "run.cmake: the consumer's build names ${FORBIDDEN_PATH}")
+  endif()
+endif()
+
+# 2. As a subproject, zklock builds its library only (and, once built, installs nothing: 4.).
+if(NOT WAY STREQUAL "installed" AND ninja MATCHES "zklock_cli|unit_tests|example_tour|peer_runner")
+  message(FATAL_ERROR "run.cmake: the subproject builds more than the library")
+endif()
+if(CONFIGURE_ONLY)
+  message(STATUS "configured as expected (this row builds nothing: another row builds the same code in this way)")
+  return()
+endif()
+
+# 3. Build: no warning at all (zklock's module interface and, as a subproject, its library are
 #    compiled here with the consumer's flags).
 # At nice 10: the fault suites may run beside the consumers (tests/CMakeLists.txt) and keep their CPU.
 find_program(NICE nice)
@@ -118,19 +136,9 @@ endif()
 if(out MATCHES "warning:")
   message(FATAL_ERROR "run.cmake: the consumer's build printed warnings")
 endif()
-file(READ "${build}/build.ninja" ninja)
-if(FORBIDDEN_PATH)
-  string(FIND "${ninja}${cache}" "${FORBIDDEN_PATH}" at)
-  if(at GREATER -1)
-    message(FATAL_ERROR "run.cmake: the consumer's build names ${FORBIDDEN_PATH}")
-  endif()
-endif()
 
-# 3. As a subproject, zklock builds its library only and installs nothing.
+# 4. As a subproject, the parent's cmake --install installs nothing of zklock's.
 if(NOT WAY STREQUAL "installed")
-  if(ninja MATCHES "zklock_cli|unit_tests|example_tour|peer_runner")
-    message(FATAL_ERROR "run.cmake: the subproject builds more than the library")
-  endif()
   execute_process(COMMAND "${CMAKE_COMMAND}" --install "${build}" --prefix "${WORK_DIR}/install"
     COMMAND_ERROR_IS_FATAL ANY)
   file(GLOB_RECURSE installed "${WORK_DIR}/install/*")
@@ -139,7 +147,7 @@ if(NOT WAY STREQUAL "installed")
   endif()
 endif()
 
-# 4. Run it against the fixture's server: a mutex and a read lock, both seen on the server.
+# 5. Run it against the fixture's server: a mutex and a read lock, both seen on the server.
 execute_process(COMMAND "${build}/zklock_consumer" "${name}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "zklock_consumer exited ${rc}\nstdout: ${out}stderr: ${err}")
