@@ -406,30 +406,30 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
                           " leases now (changed while this acquire was on its way): " + std::to_string(r.permits) +
                           " permits never fit; ask for 1 to " + std::to_string(r.leases));
       }
-    // Where do we stand? The rule reads the sorted queue; only what the wait needs outlives it.
+    // Where do we stand? The rule reads the listing (unsorted: locate and nearest_first take linear
+    // time, where a sort of a long queue on every wake-up would not); only what the wait needs
+    // outlives it.
     std::size_t window, ahead, limit;
     std::vector<std::string> targets;
     {
       unsigned present = 0;
-      const std::vector<contender> queue = sorted_contenders(*listing, Rule::kinds, &present);  // views *listing
+      const std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
       if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
-      const auto mine = std::find_if(queue.begin(), queue.end(), [&](const contender& c) { return c.name == self; });
-      if (mine == queue.end()) at.vanished();
-      const auto me = static_cast<std::size_t>(mine - queue.begin());
-      if (count && first) count->position = me;
-      const standing st = stand(r, std::span<const contender>{queue}, me);
-      if (st.held()) co_return at.granted(!first);
+      std::optional<place> here = locate(r, std::span<const contender>{listed}, self);
+      if (!here) at.vanished();
+      if (count && first) count->position = here->position;
+      if (here->held()) co_return at.granted(!first);
       if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
       // Not yet: wait as the watch strategy says, then look again (or take the grant).
       // (in permits: each contender ahead weighs 1, but a lease of many permits)
-      ahead = st.weight;
-      limit = st.limit;
+      ahead = here->weight;
+      limit = here->limit;
       const std::size_t budget = Watch::window(ahead, limit, look_ahead(s));
-      const std::size_t n = budget == 0 ? 0 : nearest_reaching(st, std::span<const contender>{queue}, budget);
+      const std::size_t n = budget == 0 ? 0 : nearest_first(here->ahead, budget);
       window = 0;
-      for (std::size_t i = st.ahead.size() - n; i < st.ahead.size(); ++i) {
-        targets.push_back((lock_path + "/").append(queue[st.ahead[i]].name));
-        window += queue[st.ahead[i]].weight;
+      for (std::size_t i = n; i-- > 0;) {  // the watched, in queue order
+        targets.push_back((lock_path + "/").append(here->ahead[i].name));
+        window += here->ahead[i].weight;
       }
       listing.reset();  // (what the wait needs is in targets)
     }

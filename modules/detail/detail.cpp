@@ -3,7 +3,9 @@
 // strings: modules/connect_string.cpp). The ZooKeeper operations that zklock:operations declares
 // (create_and_list, arm_watches, ...) are in modules/session/ (contenders.cpp, watches.cpp, ...).
 module;
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -18,6 +20,7 @@ module;
 #include <unistd.h>
 #include <utility>
 #include <range/v3/action/sort.hpp>
+#include <range/v3/algorithm/partial_sort.hpp>
 module zklock.detail;
 
 namespace zklock::detail {
@@ -122,7 +125,7 @@ std::uint32_t weight_of(std::string_view name) noexcept {
   return p ? p->weight : 1;
 }
 
-std::vector<contender> sorted_contenders(const name_list& children, unsigned kinds, unsigned* present) {
+std::vector<contender> listed_contenders(const name_list& children, unsigned kinds, unsigned* present) {
   // One pass: every name is parsed once and viewed, not copied (a listing of a long queue is long:
   // this runs on every wake-up of a waiter that is not second in line).
   std::vector<contender> out;
@@ -136,8 +139,22 @@ std::vector<contender> sorted_contenders(const name_list& children, unsigned kin
     if ((kinds & bit) != 0) out.push_back(contender{n, p->seq, p->weight, p->kind});
   }
   if (present) *present = seen;
-  return std::move(out) |
+  return out;
+}
+
+std::vector<contender> sorted_contenders(const name_list& children, unsigned kinds, unsigned* present) {
+  return listed_contenders(children, kinds, present) |
          ranges::actions::sort([](const contender& a, const contender& b) { return seq_before(a.seq, b.seq); });
+}
+
+std::size_t nearest_first(std::vector<contender>& ahead, std::size_t budget) {
+  // Each contender weighs at least 1 permit: the budget is reached within its first `budget`.
+  const std::size_t k = std::min(budget, ahead.size());
+  ranges::partial_sort(ahead, ahead.begin() + static_cast<std::ptrdiff_t>(k),
+                       [](const contender& a, const contender& b) { return seq_before(b.seq, a.seq); });
+  std::size_t n = 0, w = 0;
+  while (n < k && w < budget) w += ahead[n++].weight;
+  return n;
 }
 
 std::string random_uuid() {

@@ -114,6 +114,12 @@ class name_list {
 };
 
 /// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
+/// listing order (unsorted: for a caller that needs only where one of them stands, rules' locate()).
+/// `present`, if given, receives the kinds of every contender among the children (wanted or not).
+/// The contenders' names view `children`'s: keep it while they are used.
+std::vector<contender> listed_contenders(const name_list& children, unsigned kinds, unsigned* present = nullptr);
+
+/// Returns: the children that are contenders of one of `kinds` (bit i = contender_kind i), in
 /// queue order. `present`, if given, receives the kinds of every contender among the children
 /// (wanted or not), so that a caller sees nodes that do not belong under its path. The contenders'
 /// names view `children`'s: keep it while they are used.

@@ -9,6 +9,7 @@
 // rule of a lock reads all three: a mutex contender is a writer. A semaphore's queue holds leases. A
 // listing that shows the other family's nodes is a path used as both (errc::path_kind_mismatch).
 module;
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -184,15 +185,48 @@ standing stand(const Rule& rule, std::span<const contender> q, std::size_t self)
   return s;
 }
 
-/// Returns: how many of the counted contenders ahead (`st.ahead`, the nearest last) to watch so
-/// that the permits they stand for reach `budget` (all of them if they never do): with `budget`
-/// at least st.limit, no grant can come before one of the watched goes, however many of the others
-/// go unseen. For one-permit contenders, `budget` contenders.
-inline std::size_t nearest_reaching(const standing& st, std::span<const contender> q, std::size_t budget) noexcept {
-  std::size_t n = 0, w = 0;
-  while (n < st.ahead.size() && w < budget) w += q[st.ahead[st.ahead.size() - 1 - n++]].weight;
-  return n;
+/// Where one contender stands in a listing, found without sorting the listing (the algorithm's
+/// question on every wake-up: a long queue's listing is long).
+struct place {
+  /// Contenders of the rule's kinds ahead of it: its index in the sorted queue.
+  std::size_t position = 0;
+  /// The counted contenders ahead of it, in listing order (nearest_first picks the ones to watch).
+  std::vector<contender> ahead;
+  /// The permits they stand for.
+  std::size_t weight = 0;
+  /// As standing::limit.
+  std::size_t limit = 1;
+  /// Returns: whether it holds.
+  bool held() const noexcept { return weight < limit; }
+};
+
+/// Returns: where the contender named `self` stands by `rule` among `listed` (a listing's
+/// contenders of the rule's kinds, in any order), or nullopt if it is not among them. Agrees with
+/// stand() on the sorted queue, in time linear in the listing.
+template <class Rule>
+std::optional<place> locate(const Rule& rule, std::span<const contender> listed, std::string_view self) {
+  const auto mine = std::ranges::find(listed, self, &contender::name);
+  if (mine == listed.end()) return std::nullopt;
+  place p;
+  p.limit = mine->weight > rule.limit() ? 0 : rule.limit() - mine->weight + 1;
+  for (const contender& c : listed)
+    if (seq_before(c.seq, mine->seq)) {
+      ++p.position;
+      if (rule.counts(c)) {
+        p.ahead.push_back(c);
+        p.weight += c.weight;
+      }
+    }
+  return p;
 }
+
+/// Effects: moves the nearest of `ahead` (a place's counted contenders) to its front, nearest
+/// first, as many as it takes for the permits they stand for to reach `budget` (all of them if
+/// they never do); the rest stay behind them in no order. Returns: how many. With `budget` at
+/// least the place's limit, no grant can come before one of them goes, however many of the others
+/// go unseen (for one-permit contenders: `budget` contenders). Time: linear in `ahead`, times
+/// log(budget).
+std::size_t nearest_first(std::vector<contender>& ahead, std::size_t budget);
 
 /// What a waiter watching contenders ahead (not the lock node's children) knows between two
 /// listings, counted in permits (a lock contender and a one-permit lease weigh 1). At the listing

@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The mode rules: who holds, and what each waiter watches.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <deque>
+#include <limits>
+#include <random>
+#include <span>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +34,20 @@ std::vector<contender> queue(const std::string& kinds) {  // 'L' lock, 'R' read,
   return q;
 }
 }  // namespace
+
+/// Returns: the names of the contenders that q[self] watches by `r` with `budget` (the nearest
+/// first), found by locate() and nearest_first() in the listing q reversed (any order will do).
+template <class Rule>
+std::vector<std::string> watched(const Rule& r, std::vector<contender> q, std::size_t self, std::size_t budget) {
+  const std::string_view name = q[self].name;
+  std::ranges::reverse(q);
+  auto here = locate(r, std::span<const contender>{q}, name);
+  std::vector<std::string> out;
+  if (!here) return out;
+  const std::size_t n = nearest_first(here->ahead, budget);
+  for (std::size_t i = 0; i < n; ++i) out.emplace_back(here->ahead[i].name);
+  return out;
+}
 
 /// Returns: the names of the counted contenders ahead of q[self] by `r`.
 template <class Rule>
@@ -128,9 +147,9 @@ TEST(ModeRules, AWaiterForManyPermitsWatchesEnoughOfThoseAheadToSeeItsTurnComing
   const auto st = stand(semaphore_rule{4}, q, 4);
   EXPECT_EQ(st.weight, 5u);
   EXPECT_EQ(st.limit, 2u);
-  EXPECT_EQ(nearest_reaching(st, q, 2), 2u);
-  EXPECT_EQ(nearest_reaching(st, q, 4), 3u);
-  EXPECT_EQ(nearest_reaching(st, q, 100), 4u);
+  EXPECT_EQ(watched(semaphore_rule{4}, q, 4, 2), (std::vector<std::string>{"S3", "S2"}));
+  EXPECT_EQ(watched(semaphore_rule{4}, q, 4, 4), (std::vector<std::string>{"S3", "S2", "21"}));
+  EXPECT_EQ(watched(semaphore_rule{4}, q, 4, 100), (std::vector<std::string>{"S3", "S2", "21", "S0"}));
   // With the watched ones' permits at least the limit, the unwatched ones' going can never prove a
   // grant alone: 5 ahead, watching 2 (of 2 permits): 3 unwatched gone still leaves 2, not < 2.
   tally t{st.weight, st.limit, 2, 0};
@@ -139,7 +158,60 @@ TEST(ModeRules, AWaiterForManyPermitsWatchesEnoughOfThoseAheadToSeeItsTurnComing
   EXPECT_TRUE(t.must_relist());  // others may have gone unseen: list again
   // Unit weights: the budget is a number of contenders, as before.
   const auto ones = queue("SSSSS");
-  EXPECT_EQ(nearest_reaching(stand(semaphore_rule{2}, ones, 4), ones, 4), 4u);
+  EXPECT_EQ(watched(semaphore_rule{2}, ones, 4, 4).size(), 4u);
+}
+
+// locate() and nearest_first() answer from a listing in any order what stand() answers from the
+// sorted queue: a property test over random listings of every kind and weight, with sequence
+// numbers across the 32-bit wrap, for every rule and budget.
+TEST(ModeRules, LocatingInAnUnsortedListingAgreesWithTheSortedQueue) {
+  std::mt19937 gen{20261207};
+  const std::string lock_side = "LRW", lease_side = "S23";
+  for (int round = 0; round < 2000; ++round) {
+    const bool leases = round % 2 == 1;
+    const std::string& kinds = leases ? lease_side : lock_side;
+    const std::size_t len = 1 + gen() % 12;
+    std::string code;
+    for (std::size_t i = 0; i < len; ++i) code += kinds[gen() % kinds.size()];
+    auto q = queue(code);  // in queue order; sequence numbers from just below the wrap
+    const std::int32_t base = round % 3 == 0 ? std::numeric_limits<std::int32_t>::max() - 5 : 7;
+    for (std::size_t i = 0; i < q.size(); ++i)
+      q[i].seq = static_cast<std::int32_t>(static_cast<std::uint32_t>(base) + static_cast<std::uint32_t>(i));
+    const std::size_t self = gen() % q.size();
+    const std::size_t budget = 1 + gen() % 6;
+    auto check = [&](const auto& rule) {
+      SCOPED_TRACE(code + " self " + std::to_string(self) + " budget " + std::to_string(budget));
+      const standing st = stand(rule, std::span<const contender>{q}, self);
+      auto listed = q;
+      std::ranges::shuffle(listed, gen);
+      auto here = locate(rule, std::span<const contender>{listed}, q[self].name);
+      ASSERT_TRUE(here.has_value());
+      EXPECT_EQ(here->position, self);
+      EXPECT_EQ(here->held(), st.held());
+      EXPECT_EQ(here->weight, st.weight);
+      EXPECT_EQ(here->limit, st.limit);
+      EXPECT_EQ(here->ahead.size(), st.ahead.size());
+      // The sorted queue's answer: the nearest counted ones ahead whose permits reach the budget.
+      std::vector<std::string> expected;
+      for (std::size_t i = st.ahead.size(), w = 0; i > 0 && w < budget; --i) {
+        expected.emplace_back(q[st.ahead[i - 1]].name);
+        w += q[st.ahead[i - 1]].weight;
+      }
+      const std::size_t n = nearest_first(here->ahead, budget);
+      std::vector<std::string> got;
+      for (std::size_t i = 0; i < n; ++i) got.emplace_back(here->ahead[i].name);
+      EXPECT_EQ(got, expected);
+      EXPECT_FALSE(locate(rule, std::span<const contender>{listed}, "absent").has_value());
+    };
+    if (leases) {
+      const std::uint32_t n_leases = 1 + static_cast<std::uint32_t>(gen() % 5);
+      check(semaphore_rule{n_leases, q[self].weight});
+    } else {
+      check(exclusive_rule{});
+      check(read_rule{});
+      check(write_rule{});
+    }
+  }
 }
 
 // ---- one path, one meaning: mutex, read and write contenders in one queue ------------------------
