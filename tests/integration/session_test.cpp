@@ -891,15 +891,19 @@ TEST(SessionClose, ClosedSessionRefusesEverything) {
 }
 
 
-/// Returns: how many threads this process has (the entries of /proc/self/task).
-std::size_t thread_count() {
-  std::size_t n = 0;
+/// Returns: the ids of this process's threads (the entries of /proc/self/task).
+std::vector<std::string> thread_ids() {
+  std::vector<std::string> ids;
   if (DIR* d = opendir("/proc/self/task")) {
-    while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    while (const dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ids.emplace_back(e->d_name);
     closedir(d);
   }
-  return n;
+  return ids;
 }
+
+/// Returns: how many threads this process has.
+std::size_t thread_count() { return thread_ids().size(); }
 
 // The check that stands in for LeakSanitizer on the C client's handles (the asan preset suppresses
 // the client's own leak on close: tests/support/lsan-zookeeper-close.supp). Every handle runs two
@@ -948,14 +952,10 @@ TEST(SessionClose, AClosedSessionLeavesNoThreadBehind) {
 /// Returns: this process's threads, by id, with their names (/proc/self/task/ID/comm).
 std::map<std::string, std::string> thread_names() {
   std::map<std::string, std::string> names;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (const dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream comm{std::string{"/proc/self/task/"} + e->d_name + "/comm"};
-      std::string name;
-      if (std::getline(comm, name)) names.emplace(e->d_name, name);  // (a thread that just ended has none)
-    }
-    closedir(d);
+  for (const auto& id : thread_ids()) {
+    std::ifstream comm{"/proc/self/task/" + id + "/comm"};
+    std::string name;
+    if (std::getline(comm, name)) names.emplace(id, name);  // (a thread that just ended has none)
   }
   return names;
 }
