@@ -413,9 +413,9 @@ step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, 
     std::vector<std::string> targets;
     {
       unsigned present = 0;
-      const std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
+      std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
       if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
-      std::optional<place> here = locate(r, std::span<const contender>{listed}, self);
+      const std::optional<place> here = locate(r, std::span<contender>{listed}, self);  // (reorders listed)
       if (!here) at.vanished();
       if (count && first) count->position = here->position;
       if (here->held()) co_return at.granted(!first);

@@ -5,13 +5,14 @@
 module;
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <charconv>
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -147,7 +148,7 @@ std::vector<contender> sorted_contenders(const name_list& children, unsigned kin
          ranges::actions::sort([](const contender& a, const contender& b) { return seq_before(a.seq, b.seq); });
 }
 
-std::size_t nearest_first(std::vector<contender>& ahead, std::size_t budget) {
+std::size_t nearest_first(std::span<contender> ahead, std::size_t budget) {
   // Each contender weighs at least 1 permit: the budget is reached within its first `budget`.
   const std::size_t k = std::min(budget, ahead.size());
   ranges::partial_sort(ahead, ahead.begin() + static_cast<std::ptrdiff_t>(k),

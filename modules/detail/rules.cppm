@@ -190,8 +190,9 @@ standing stand(const Rule& rule, std::span<const contender> q, std::size_t self)
 struct place {
   /// Contenders of the rule's kinds ahead of it: its index in the sorted queue.
   std::size_t position = 0;
-  /// The counted contenders ahead of it, in listing order (nearest_first picks the ones to watch).
-  std::vector<contender> ahead;
+  /// The counted contenders ahead of it, in no particular order: the front of the listing that
+  /// locate() was given, moved there (nearest_first picks the ones to watch).
+  std::span<contender> ahead;
   /// The permits they stand for.
   std::size_t weight = 0;
   /// As standing::limit.
@@ -202,21 +203,21 @@ struct place {
 
 /// Returns: where the contender named `self` stands by `rule` among `listed` (a listing's
 /// contenders of the rule's kinds, in any order), or nullopt if it is not among them. Agrees with
-/// stand() on the sorted queue, in time linear in the listing.
+/// stand() on the sorted queue, in time linear in the listing. Effects: moves the counted
+/// contenders ahead of `self` to the front of `listed` (the place's `ahead` views them there).
 template <class Rule>
-std::optional<place> locate(const Rule& rule, std::span<const contender> listed, std::string_view self) {
+std::optional<place> locate(const Rule& rule, std::span<contender> listed, std::string_view self) {
   const auto mine = std::ranges::find(listed, self, &contender::name);
   if (mine == listed.end()) return std::nullopt;
+  const contender me = *mine;
+  const auto counted_ahead = [&](const contender& c) { return seq_before(c.seq, me.seq) && rule.counts(c); };
   place p;
-  p.limit = mine->weight > rule.limit() ? 0 : rule.limit() - mine->weight + 1;
-  for (const contender& c : listed)
-    if (seq_before(c.seq, mine->seq)) {
-      ++p.position;
-      if (rule.counts(c)) {
-        p.ahead.push_back(c);
-        p.weight += c.weight;
-      }
-    }
+  p.limit = me.weight > rule.limit() ? 0 : rule.limit() - me.weight + 1;
+  for (const contender& c : listed) {
+    p.position += seq_before(c.seq, me.seq);
+    if (counted_ahead(c)) p.weight += c.weight;
+  }
+  p.ahead = {listed.begin(), std::ranges::partition(listed, counted_ahead).begin()};
   return p;
 }
 
@@ -226,7 +227,7 @@ std::optional<place> locate(const Rule& rule, std::span<const contender> listed,
 /// least the place's limit, no grant can come before one of them goes, however many of the others
 /// go unseen (for one-permit contenders: `budget` contenders). Time: linear in `ahead`, times
 /// log(budget).
-std::size_t nearest_first(std::vector<contender>& ahead, std::size_t budget);
+std::size_t nearest_first(std::span<contender> ahead, std::size_t budget);
 
 /// What a waiter watching contenders ahead (not the lock node's children) knows between two
 /// listings, counted in permits (a lock contender and a one-permit lease weigh 1). At the listing

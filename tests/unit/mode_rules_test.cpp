@@ -41,7 +41,7 @@ template <class Rule>
 std::vector<std::string> watched(const Rule& r, std::vector<contender> q, std::size_t self, std::size_t budget) {
   const std::string_view name = q[self].name;
   std::ranges::reverse(q);
-  auto here = locate(r, std::span<const contender>{q}, name);
+  auto here = locate(r, std::span<contender>{q}, name);
   std::vector<std::string> out;
   if (!here) return out;
   const std::size_t n = nearest_first(here->ahead, budget);
@@ -184,7 +184,7 @@ TEST(ModeRules, LocatingInAnUnsortedListingAgreesWithTheSortedQueue) {
       const standing st = stand(rule, std::span<const contender>{q}, self);
       auto listed = q;
       std::ranges::shuffle(listed, gen);
-      auto here = locate(rule, std::span<const contender>{listed}, q[self].name);
+      auto here = locate(rule, std::span<contender>{listed}, q[self].name);
       ASSERT_TRUE(here.has_value());
       EXPECT_EQ(here->position, self);
       EXPECT_EQ(here->held(), st.held());
@@ -201,7 +201,7 @@ TEST(ModeRules, LocatingInAnUnsortedListingAgreesWithTheSortedQueue) {
       std::vector<std::string> got;
       for (std::size_t i = 0; i < n; ++i) got.emplace_back(here->ahead[i].name);
       EXPECT_EQ(got, expected);
-      EXPECT_FALSE(locate(rule, std::span<const contender>{listed}, "absent").has_value());
+      EXPECT_FALSE(locate(rule, std::span<contender>{listed}, "absent").has_value());
     };
     if (leases) {
       const std::uint32_t n_leases = 1 + static_cast<std::uint32_t>(gen() % 5);
