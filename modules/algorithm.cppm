@@ -113,13 +113,13 @@ class attempt {
     for (auto& w : ahead_) drop(w, false);
     if (children_) drop(children_, true);
     if (guard_) guard_->release();  // its watch on our node goes with the node
-    if (!node_gone_) release_node(s_, node_);
+    if (!node_gone_) release_node(s_, node());
   }
   attempt(const attempt&) = delete;
   attempt& operator=(const attempt&) = delete;
 
   /// Returns: our contender node.
-  const held_node& node() const noexcept { return node_; }
+  const held_node& node() const noexcept { return guard_ && guard_->has_node() ? guard_->node() : node_; }
   /// Effects: counts `n` requests sent for the attempt (when counting).
   void sent(std::size_t n = 1) noexcept {
     if (count_) count_->requests += n;
@@ -131,25 +131,26 @@ class attempt {
   /// expired meanwhile: its node goes with it, so it is nobody's grant); std::bad_alloc.
   /// `waited`: the grant came after a wait (see held_node::waited).
   grant granted(bool waited) {
-    if (!session_alive_for(s_, node_)) {
+    if (!session_alive_for(s_, node())) {
       node_gone_ = true;  // nothing this session could delete: the old session takes it along
-      throw_error(errc::session_expired, "zklock: the session of our contender node " + node_.path +
+      throw_error(errc::session_expired, "zklock: the session of our contender node " + node().path +
                                              " ended before its grant");
     }
     if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    held_node n = guard_->has_node() ? guard_->node() : std::move(node_);  // (the guard keeps its own)
     relay_->point_at(nullptr);
     granted_ = true;
-    node_.waited = waited;
-    node_.granted_at = clock::now();
-    return grant{std::move(node_), std::move(guard_)};
+    n.waited = waited;
+    n.granted_at = clock::now();
+    return grant{std::move(n), std::move(guard_)};
   }
 
   /// Effects: our node is not in the queue any more. Throws: errc::session_expired if it went with
   /// the session (nothing left to delete), else errc::contender_deleted (someone deleted it).
   [[noreturn]] void vanished() {
-    node_gone_ = !session_alive_for(s_, node_);
+    node_gone_ = !session_alive_for(s_, node());
     throw_error(node_gone_ ? errc::session_expired : errc::contender_deleted,
-                "zklock: our contender node " + node_.path +
+                "zklock: our contender node " + node().path +
                     (node_gone_ ? " went with its session while waiting" : " was deleted by someone else while waiting"));
   }
 
@@ -209,7 +210,11 @@ class attempt {
     // Our own node's watch goes first: its reply, and any deletion of our node, reach us before
     // the replies and events of the watches sent after it. It stays armed as the hold's loss watch.
     // The first time, it goes with the watches ahead (in one request where the client can).
-    if (!guard_) guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, node_.generation));
+    // The guard takes our node over (no second copy of its path while we wait).
+    if (!guard_) {
+      const std::uint64_t generation = node_.generation;
+      guard_ = std::make_shared<hold_guard>(s_, loss_token(s_, generation), std::move(node_));
+    }
     const bool own = guard_->claim_watch();
     std::vector<std::shared_ptr<watch_slot>> fresh;
     try {
@@ -226,13 +231,13 @@ class attempt {
     }
     if (fresh.empty()) {
       if (own) {
-        watch_own_node(s_, node_, guard_);
+        watch_own_node(s_, node(), guard_);
         sent();
       }
       return;
     }
-    const own_watch ours{node_, guard_};
-    sent(arm_watches(s_, node_.generation, fresh, own ? &ours : nullptr));  // our node's session: a later one has none of ours
+    const own_watch ours{node(), guard_};
+    sent(arm_watches(s_, node().generation, fresh, own ? &ours : nullptr));  // our node's session: a later one has none of ours
     for (auto& w : fresh) ahead_.push_back(std::move(w));
   }
   /// Effects: forgets the watches on contenders ahead that fired. Returns: the permits of those
@@ -274,7 +279,7 @@ class attempt {
     void operator()() const noexcept { relay->wake(); }
   };
   session& s_;
-  held_node node_;
+  held_node node_;  // until the guard takes it over (watch_ahead): see node()
   acquire_counters* count_;
   std::shared_ptr<wake_relay> relay_ = std::make_shared<wake_relay>();
   std::shared_ptr<typename Wakeup::waiter> waiter_;
@@ -322,145 +327,6 @@ template <class Rule>
   else
     throw_error(errc::path_kind_mismatch, "zklock: " + lock_path + " is a semaphore's path (leases are queued " +
                                               "under it): no lock may queue there");
-}
-
-/// One turn of the algorithm: queue a contender node under `lock_path` and wait until `rule` says
-/// it holds, or until the wait context `wc` ends (its deadline passes or its stop is requested).
-/// Returns: the grant, or nullopt on timeout or cancellation (nothing left behind).
-/// Throws: std::system_error if the session fails or our node vanishes; nothing is left behind.
-template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
-step<std::optional<grant>> queue_once(session& s, const std::string& lock_path, const Rule& rule,
-                                      const wait_context& wc, acquire_counters* count, send_turn* turn) {
-  const clock::time_point deadline = wc.deadline;
-  if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
-  // Our last release of this lock may still be on its way (settle_before_requeue): queue once it
-  // is answered. A try without a wait does not wait for it.
-  if (clock::now() < deadline && !release_settled(s, lock_path, nullptr)) {
-    auto settled = [&s, &lock_path](const std::shared_ptr<wake_target>& w) { return release_settled(s, lock_path, w); };
-    if (!co_await wait_until_ready<Wakeup>(s, settled, deadline, wc.stop)) co_return std::nullopt;
-  }
-  // An asynchronous acquire sends its create once those started before it on this path did (a
-  // lock object's acquires queue in the order of the calls); a try without a wait does not wait.
-  // (Looked at first without a waiter: most often the turn is there, and the wait's frame and
-  // waiter would only be made and freed.)
-  if (turn && clock::now() < deadline && !turn->ready(nullptr)) {
-    auto in_turn = [turn](const std::shared_ptr<wake_target>& w) { return turn->ready(w); };
-    if (!co_await wait_until_ready<Wakeup>(s, in_turn, deadline, wc.stop)) co_return std::nullopt;
-  }
-  // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
-  // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
-  std::optional<attempt<Wakeup>> attempted;
-  std::optional<name_list> listing;
-  // A semaphore's lease count N follows its node (set_max): the rule's N is the one read last at
-  // the data version `lease_version`; a listing that shows another version reads it again, and a
-  // waiter watches the node for a change (so a larger N grants at once).
-  constexpr bool leases = (Rule::kinds & lease_kinds) != 0;
-  Rule r = rule;
-  std::int32_t lease_version = -1, listed_version = -1;
-  if constexpr (leases)
-    if (r.live) std::tie(r.leases, lease_version) = r.live->load();
-  {
-    // the create and the listing, sent back to back (more requests on a first use or a lost reply)
-    std::string lock_data;  // a semaphore's node is made again with its lease count if it was removed
-    if constexpr (leases) lock_data = lease_count_text(r.limit());
-    std::uint32_t permits = 1;  // a lease of many permits says so in its name
-    if constexpr (leases) permits = r.permits;
-    auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own, permits), contender_data(), deadline,
-                                  count ? &count->requests : nullptr, turn, !leases, lock_data);
-    if (!queued) co_return std::nullopt;
-    attempted.emplace(s, std::move(queued->node), wc.stop, count);
-    listing = std::move(queued->listing);
-    listed_version = queued->lock_data_version;
-    // One path, one meaning (zklock.detail:rules): a lock node whose data may be a lease count is
-    // read once (one more round trip, never for a lock node zklock or Curator created: those
-    // store nothing) and refused if it is a semaphore's; our node goes with the attempt.
-    if constexpr ((Rule::kinds & lease_kinds) == 0)
-      if (listing && may_store_lease_count(queued->lock_data_length)) {
-        attempted->sent();
-        if (!check_not_semaphore(s, lock_path, deadline)) co_return std::nullopt;
-      }
-  }
-  attempt<Wakeup>& at = *attempted;
-  const std::string_view self = std::string_view{at.node().path}.substr(lock_path.size() + 1);
-  auto list = [&](const std::shared_ptr<wake_target>& watcher) {
-    at.sent();
-    const auto sent = clock::now();
-    listing = list_children(s, lock_path, watcher, deadline, nullptr, leases ? &listed_version : nullptr);
-    if (listing) round_trips(s).note(clock::now() - sent);
-  };
-  if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
-
-  for (bool first = true;; first = false) {
-    if (!listing) co_return std::nullopt;  // deadline
-    if constexpr (leases)
-      if (listed_version != lease_version) {  // N changed (or this acquire has not read it yet)
-        at.sent();
-        const auto now_stored = read_lease_count(s, lock_path, deadline);
-        if (!now_stored) co_return std::nullopt;
-        r.leases = now_stored->leases;
-        lease_version = listed_version = now_stored->version;
-        if (r.live) r.live->store(r.leases, lease_version);
-        if (r.permits > r.leases)
-          throw_error(errc::lease_count_mismatch,
-                      "zklock: " + lock_path + " is a semaphore with N = " + std::to_string(r.leases) +
-                          " leases now (changed while this acquire was on its way): " + std::to_string(r.permits) +
-                          " permits never fit; ask for 1 to " + std::to_string(r.leases));
-      }
-    // Where do we stand? The rule reads the listing (unsorted: locate and nearest_first take linear
-    // time, where a sort of a long queue on every wake-up would not); only what the wait needs
-    // outlives it.
-    std::size_t window, ahead, limit;
-    std::vector<std::string> targets;
-    {
-      unsigned present = 0;
-      std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
-      if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
-      const std::optional<place> here = locate(r, std::span<contender>{listed}, self);  // (reorders listed)
-      if (!here) at.vanished();
-      if (count && first) count->position = here->position;
-      if (here->held()) co_return at.granted(!first);
-      if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
-      // Not yet: wait as the watch strategy says, then look again (or take the grant).
-      // (in permits: each contender ahead weighs 1, but a lease of many permits)
-      ahead = here->weight;
-      limit = here->limit;
-      const std::size_t budget = Watch::window(ahead, limit, look_ahead(s));
-      const std::size_t n = budget == 0 ? 0 : nearest_first(here->ahead, budget);
-      window = 0;
-      for (std::size_t i = n; i-- > 0;) {  // the watched, in queue order
-        targets.push_back((lock_path + "/").append(here->ahead[i].name));
-        window += here->ahead[i].weight;
-      }
-      listing.reset();  // (what the wait needs is in targets)
-    }
-    if (window == 0) {  // the lock node's children: any join or leave may be our turn
-      at.prepare_wait();  // first: a watch that fires from now on (the node's, as it is armed) ends the wait
-      if constexpr (leases) {  // and a semaphore's lease count changing
-        bool changed = false;
-        (void)at.take_fired(changed);
-        std::vector<std::string> node{lock_path};
-        at.watch_ahead(node, lease_version);
-      }
-      if (at.children_armed()) {  // else it fired already (or none was armed): look again now
-        if (!co_await at.wait(deadline)) co_return std::nullopt;
-      }
-      at.note_children_fired();
-      list(at.children_armed() ? nullptr : at.arm_children(lock_path));  // (armed still: N changed)
-      continue;
-    }
-    // The fast path: watch the nearest counted contenders ahead, wait for their deletions (and a
-    // semaphore's node, for a change of N).
-    if constexpr (leases) targets.push_back(lock_path);
-    at.watch_ahead(targets, leases ? lease_version : -1);
-    targets = {};
-    tally seen{ahead, limit, window, 0};
-    bool other = false;
-    std::optional<wait_outcome> outcome;
-    while (!(outcome = grant_on_deletion(at, seen, other)))
-      if (!co_await at.wait(deadline)) co_return std::nullopt;
-    if (*outcome == wait_outcome::granted) co_return at.granted(true);
-    list(nullptr);
-  }
 }
 
 /// Effects: waits until `ready(waiter)` says so (it registers the waiter to be woken when it may
@@ -535,24 +401,167 @@ step<Result> retry_on_next_session(session& s, const wait_context& wc, Attempt a
   }
 }
 
-/// The one algorithm: queue_once, and again on the next session when the session ends while we
-/// wait (an expiry, or a disconnection longer than the loss tolerance, took our waiting node along;
-/// our place in the queue is lost): retry_on_next_session. A grant is never queued for again: a
-/// lost hold is reported by its loss signal. Returns: the grant, or nullopt on timeout or
-/// cancellation (nothing left behind). Throws: std::system_error: session_expired if no next
-/// session is connected before the deadline or none will come (reestablish_after_expiry off; its
-/// re-establishment was refused for good); others as queue_once. `lock_path`, `rule`, `wc` and
-/// `turn` (an asynchronous acquire's turn to send its create, if any) must outlive the step.
+/// The one algorithm: queue a contender node under `lock_path` and wait until `rule` says it
+/// holds, or until the wait context `wc` ends (its deadline passes or its stop is requested); and
+/// queue again on the next session when the session ends while we wait (an expiry, or a
+/// disconnection longer than the loss tolerance, took our waiting node along; our place in the
+/// queue is lost), as retry_on_next_session does, within the same frame: a pending asynchronous
+/// acquire is one coroutine frame, not two. A grant is never queued for again: a lost hold is
+/// reported by its loss signal. Returns: the grant, or nullopt on timeout or cancellation (nothing
+/// left behind). Throws: std::system_error if the session fails or our node vanishes (nothing is
+/// left behind); session_expired if no next session is connected before the deadline or none will
+/// come (reestablish_after_expiry off; its re-establishment was refused for good). `lock_path`,
+/// `rule`, `wc` and `turn` (an asynchronous acquire's turn to send its create, if any) must
+/// outlive the step.
 template <WatchStrategy Watch, AlgorithmWakeup Wakeup, class Rule>
 step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path, const Rule& rule,
                                         const wait_context& wc, acquire_counters* count = nullptr,
                                         send_turn* turn = nullptr) {
-  return retry_on_next_session<Wakeup>(
-      s, wc,
-      [&s, &lock_path, &rule, &wc, count, turn] {
-        return queue_once<Watch, Wakeup>(s, lock_path, rule, wc, count, turn);
-      },
-      count ? &count->requeues : nullptr);
+  for (;;) {  // one turn per session generation
+    const std::uint64_t generation = s.generation();
+    std::exception_ptr expired;
+    try {
+      const clock::time_point deadline = wc.deadline;
+      if (wc.stop.stop_requested()) co_return std::nullopt;  // cancelled before it began: not one request
+      // Our last release of this lock may still be on its way (settle_before_requeue): queue once it
+      // is answered. A try without a wait does not wait for it.
+      if (clock::now() < deadline && !release_settled(s, lock_path, nullptr)) {
+        auto settled = [&s, &lock_path](const std::shared_ptr<wake_target>& w) { return release_settled(s, lock_path, w); };
+        if (!co_await wait_until_ready<Wakeup>(s, settled, deadline, wc.stop)) co_return std::nullopt;
+      }
+      // An asynchronous acquire sends its create once those started before it on this path did (a
+      // lock object's acquires queue in the order of the calls); a try without a wait does not wait.
+      // (Looked at first without a waiter: most often the turn is there, and the wait's frame and
+      // waiter would only be made and freed.)
+      if (turn && clock::now() < deadline && !turn->ready(nullptr)) {
+        auto in_turn = [turn](const std::shared_ptr<wake_target>& w) { return turn->ready(w); };
+        if (!co_await wait_until_ready<Wakeup>(s, in_turn, deadline, wc.stop)) co_return std::nullopt;
+      }
+      // A waiting acquire keeps only what its next step needs: the locals of the steps below live in
+      // blocks that end before it waits (with wake_resume, what outlives a wait is in its frame).
+      std::optional<attempt<Wakeup>> attempted;
+      std::optional<name_list> listing;
+      // A semaphore's lease count N follows its node (set_max): the rule's N is the one read last at
+      // the data version `lease_version`; a listing that shows another version reads it again, and a
+      // waiter watches the node for a change (so a larger N grants at once).
+      constexpr bool leases = (Rule::kinds & lease_kinds) != 0;
+      Rule r = rule;
+      std::int32_t lease_version = -1, listed_version = -1;
+      if constexpr (leases)
+        if (r.live) std::tie(r.leases, lease_version) = r.live->load();
+      {
+        // the create and the listing, sent back to back (more requests on a first use or a lost reply)
+        std::string lock_data;  // a semaphore's node is made again with its lease count if it was removed
+        if constexpr (leases) lock_data = lease_count_text(r.limit());
+        std::uint32_t permits = 1;  // a lease of many permits says so in its name
+        if constexpr (leases) permits = r.permits;
+        auto queued = create_and_list(s, lock_path, contender_prefix(Rule::own, permits), contender_data(), deadline,
+                                      count ? &count->requests : nullptr, turn, !leases, lock_data);
+        if (!queued) co_return std::nullopt;
+        attempted.emplace(s, std::move(queued->node), wc.stop, count);
+        listing = std::move(queued->listing);
+        listed_version = queued->lock_data_version;
+        // One path, one meaning (zklock.detail:rules): a lock node whose data may be a lease count is
+        // read once (one more round trip, never for a lock node zklock or Curator created: those
+        // store nothing) and refused if it is a semaphore's; our node goes with the attempt.
+        if constexpr ((Rule::kinds & lease_kinds) == 0)
+          if (listing && may_store_lease_count(queued->lock_data_length)) {
+            attempted->sent();
+            if (!check_not_semaphore(s, lock_path, deadline)) co_return std::nullopt;
+          }
+      }
+      attempt<Wakeup>& at = *attempted;
+      auto list = [&](const std::shared_ptr<wake_target>& watcher) {
+        at.sent();
+        const auto sent = clock::now();
+        listing = list_children(s, lock_path, watcher, deadline, nullptr, leases ? &listed_version : nullptr);
+        if (listing) round_trips(s).note(clock::now() - sent);
+      };
+      if (!listing) list(nullptr);  // the pipelined listing failed: list on our own
+
+      for (bool first = true;; first = false) {
+        if (!listing) co_return std::nullopt;  // deadline
+        if constexpr (leases)
+          if (listed_version != lease_version) {  // N changed (or this acquire has not read it yet)
+            at.sent();
+            const auto now_stored = read_lease_count(s, lock_path, deadline);
+            if (!now_stored) co_return std::nullopt;
+            r.leases = now_stored->leases;
+            lease_version = listed_version = now_stored->version;
+            if (r.live) r.live->store(r.leases, lease_version);
+            if (r.permits > r.leases)
+              throw_error(errc::lease_count_mismatch,
+                          "zklock: " + lock_path + " is a semaphore with N = " + std::to_string(r.leases) +
+                              " leases now (changed while this acquire was on its way): " + std::to_string(r.permits) +
+                              " permits never fit; ask for 1 to " + std::to_string(r.leases));
+          }
+        // Where do we stand? The rule reads the listing (unsorted: locate and nearest_first take linear
+        // time, where a sort of a long queue on every wake-up would not); only what the wait needs
+        // outlives it.
+        std::size_t window, ahead, limit;
+        std::vector<std::string> targets;
+        {
+          unsigned present = 0;
+          std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
+          if ((present & Rule::foreign) != 0) wrong_kind<Rule>(lock_path);
+          const std::string_view self = std::string_view{at.node().path}.substr(lock_path.size() + 1);  // (ours)
+          const std::optional<place> here = locate(r, std::span<contender>{listed}, self);  // (reorders listed)
+          if (!here) at.vanished();
+          if (count && first) count->position = here->position;
+          if (here->held()) co_return at.granted(!first);
+          if (clock::now() >= deadline || at.cancelled()) co_return std::nullopt;
+          // Not yet: wait as the watch strategy says, then look again (or take the grant).
+          // (in permits: each contender ahead weighs 1, but a lease of many permits)
+          ahead = here->weight;
+          limit = here->limit;
+          const std::size_t budget = Watch::window(ahead, limit, look_ahead(s));
+          const std::size_t n = budget == 0 ? 0 : nearest_first(here->ahead, budget);
+          window = 0;
+          for (std::size_t i = n; i-- > 0;) {  // the watched, in queue order
+            targets.push_back((lock_path + "/").append(here->ahead[i].name));
+            window += here->ahead[i].weight;
+          }
+          listing.reset();  // (what the wait needs is in targets)
+        }
+        if (window == 0) {  // the lock node's children: any join or leave may be our turn
+          at.prepare_wait();  // first: a watch that fires from now on (the node's, as it is armed) ends the wait
+          if constexpr (leases) {  // and a semaphore's lease count changing
+            bool changed = false;
+            (void)at.take_fired(changed);
+            std::vector<std::string> node{lock_path};
+            at.watch_ahead(node, lease_version);
+          }
+          if (at.children_armed()) {  // else it fired already (or none was armed): look again now
+            if (!co_await at.wait(deadline)) co_return std::nullopt;
+          }
+          at.note_children_fired();
+          list(at.children_armed() ? nullptr : at.arm_children(lock_path));  // (armed still: N changed)
+          continue;
+        }
+        // The fast path: watch the nearest counted contenders ahead, wait for their deletions (and a
+        // semaphore's node, for a change of N).
+        if constexpr (leases) targets.push_back(lock_path);
+        at.watch_ahead(targets, leases ? lease_version : -1);
+        targets = {};
+        tally seen{ahead, limit, window, 0};
+        bool other = false;
+        std::optional<wait_outcome> outcome;
+        while (!(outcome = grant_on_deletion(at, seen, other)))
+          if (!co_await at.wait(deadline)) co_return std::nullopt;
+        if (*outcome == wait_outcome::granted) co_return at.granted(true);
+        list(nullptr);
+      }
+    } catch (const std::system_error& e) {  // (the turn's locals, its attempt, are gone: nothing is left behind)
+      if (e.code() != make_error_code(errc::session_expired)) throw;
+      expired = std::current_exception();
+    }
+    if (wc.stop.stop_requested()) co_return std::nullopt;  // nothing of ours is left: the session took it
+    if (!co_await next_session<Wakeup>(s, generation, wc.deadline, wc.stop)) {
+      if (wc.stop.stop_requested()) co_return std::nullopt;
+      std::rethrow_exception(expired);
+    }
+    if (count) ++count->requeues;
+  }
 }
 
 }  // namespace zklock::detail

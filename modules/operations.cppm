@@ -292,6 +292,15 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
  public:
   /// Effects: links the guard to `session_loss` (it fires with it). Throws: std::bad_alloc.
   hold_guard(session& s, std::stop_token session_loss) : s_(s), link_(std::move(session_loss), stopper{&source_}) {}
+  /// Effects: as above, watching the node `n` from the start (a waiter's own node, which the guard
+  /// made at its first wait takes over: see node()). Throws: std::bad_alloc.
+  hold_guard(session& s, std::stop_token session_loss, held_node n)
+      : s_(s), node_(std::move(n)), has_node_(true), link_(std::move(session_loss), stopper{&source_}) {}
+  /// Returns: whether it was made watching a node (the constructor above).
+  bool has_node() const noexcept { return has_node_; }
+  /// Returns: the node it was made watching (has_node()); it never changes, so it is read without
+  /// the lock.
+  const held_node& node() const noexcept { return node_; }
   /// Effects: records the node the watch is on (before it is armed).
   void watching(const held_node& n) {
     std::lock_guard lk{node_mu_};
@@ -406,7 +415,8 @@ class hold_guard final : public wake_target, public std::enable_shared_from_this
   mutable std::mutex node_mu_;
   mutable std::stop_source revoke_{std::nostopstate};  // made by revocation_token() (node_mu_)
   bool revoke_fired_ = false;                          // act_on_request fired it (node_mu_)
-  held_node node_;  // the node watched (guarded by node_mu_)
+  held_node node_;  // the node watched (guarded by node_mu_, unless has_node_: then set once, by the constructor)
+  const bool has_node_ = false;
   std::atomic<on_revoke> policy_{on_revoke::notify};
   std::atomic<bool> granted_{false}, asked_{false}, acted_{false};
   std::atomic<bool> released_{false};
