@@ -220,16 +220,27 @@ struct hold_maker {
 /// the object's destructor stops them and waits for them. Thread-safe.
 class pending_acquires {
  public:
-  /// Effects: registers an acquire. Returns: its id and its stop source.
-  std::pair<std::uint64_t, std::stop_source> add() {
+  /// One acquire's place in the registry: its stop source, and its links (the acquire holds it, so
+  /// that registering costs no allocation of ours).
+  struct entry {
+    std::stop_source stop;
+    entry* prev = nullptr;
+    entry* next = nullptr;
+  };
+  /// Effects: registers the acquire whose entry `e` is (it stays put until remove(e)). Never throws.
+  void add(entry& e) noexcept {
     std::lock_guard lk{mu_};
-    const auto id = next_++;
-    return {id, live_.emplace(id, std::stop_source{}).first->second};
+    e.prev = nullptr;
+    e.next = head_;
+    if (head_) head_->prev = &e;
+    head_ = &e;
   }
-  /// Effects: the acquire `id` handed its completion over. Never throws.
-  void remove(std::uint64_t id) noexcept {
+  /// Effects: the acquire of `e` handed its completion over (or never started). Never throws.
+  void remove(entry& e) noexcept {
     std::lock_guard lk{mu_};
-    live_.erase(id);
+    (e.prev ? e.prev->next : head_) = e.next;
+    if (e.next) e.next->prev = e.prev;
+    e.prev = e.next = nullptr;
     cv_.notify_all();
   }
   /// Returns: whether the lock object is being destroyed.
@@ -243,10 +254,10 @@ class pending_acquires {
   void close(async_runner* r) noexcept {
     std::unique_lock lk{mu_};
     closing_ = true;
-    for (auto& [id, stop] : live_) stop.request_stop();
-    if (!r || live_.empty()) return;
+    for (entry* e = head_; e; e = e->next) e->stop.request_stop();
+    if (!r || !head_) return;
     if (r->on_runner_thread() && !r->on_completion_thread()) return;
-    cv_.wait(lk, [&] { return live_.empty(); });
+    cv_.wait(lk, [&] { return head_ == nullptr; });
     lk.unlock();
     r->flush_completions();
   }
@@ -254,8 +265,7 @@ class pending_acquires {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::uint64_t, std::stop_source> live_;
-  std::uint64_t next_ = 1;
+  entry* head_ = nullptr;  // the registered acquires' entries, linked through them
   bool closing_ = false;
 };
 
@@ -299,8 +309,7 @@ inline std::error_code error_of(const std::exception_ptr& e) noexcept {
 struct async_ticket {
   std::shared_ptr<async_runner> runner;
   std::shared_ptr<pending_acquires> registry;
-  std::uint64_t id;
-  std::stop_source stop;
+  pending_acquires::entry entry;  // (its stop source)
 };
 
 /// Effects: ends an asynchronous acquire: reports it to `hooks` if the algorithm returned (`g`),
@@ -310,7 +319,7 @@ struct async_ticket {
 template <LockPolicies P, class Done>
 void finish_async(session& s, const std::string& path, const hooks_ref<typename P::hooks>& hooks,
                   acquire_probe<P>& probe, std::optional<std::optional<grant>> g, const std::exception_ptr& error,
-                  bool stopped, const async_ticket& t, const executor& ex, Done&& done, const hold_bounds& bounds,
+                  bool stopped, async_ticket& t, const executor& ex, Done&& done, const hold_bounds& bounds,
                   on_revoke revocation) {
   std::error_code ec;
   std::optional<hold> h;
@@ -332,7 +341,7 @@ void finish_async(session& s, const std::string& path, const hooks_ref<typename 
     ec = error_of(error);
   }
   deliver(s, path, ec, std::move(h), hooks.reporter(), *t.runner, ex, std::forward<Done>(done));
-  t.registry->remove(t.id);
+  t.registry->remove(t.entry);
 }
 
 /// One asynchronous acquire with the policies `P` and `rule` on `path` (the lock object's, which
@@ -353,13 +362,14 @@ struct async_acquire {
   send_turn turn;  // its create goes out after those of the acquires of `path` started before it
   acquire_probe<P> probe{};
   on_revoke revocation = on_revoke::notify;  // the policy its hold is granted with
-  std::stop_callback<stop_relay> link{user_stop, stop_relay{t.stop}};  // a user's stop ends the wait
+  std::stop_callback<stop_relay> link{user_stop, stop_relay{t.entry.stop}};  // a user's stop ends the wait
 
   using algorithm = step<std::optional<grant>>;
 
   /// Effects: the algorithm ended: takes its outcome, frees its frame and this, and finishes.
   static void finished(std::coroutine_handle<algorithm::promise_type> h, void* self) noexcept {
     std::unique_ptr<async_acquire> a{static_cast<async_acquire*>(self)};
+    a->turn.sent();  // (if it never sent its create) while the lock object, whose path it refers to, lives
     std::optional<std::optional<grant>> g = std::move(h.promise().value);
     const std::exception_ptr error = h.promise().error;
     h.destroy();
@@ -401,25 +411,28 @@ class async_side {
     if (!runner_) runner_ = runner_of(s_);
     const auto& r = runner_;
     const wait_context bounded{std::min(wc.deadline, P::timeout::lock_deadline(clock::now())), wc.stop};
-    auto [id, own] = pending_->add();
+    const std::stop_source own;
     r->begin_acquire();
     try {
       using acquire = async_acquire<P, Rule, Done>;
-      auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop, async_ticket{r, pending_, id, own},
+      auto a = std::unique_ptr<acquire>{new acquire{s_, path_, hooks_, rule, wc.stop,
+                                                    async_ticket{r, pending_, pending_acquires::entry{own}},
                                                     wait_context{bounded.deadline, own.get_token(), wc.hold}, std::move(ex),
-                                                    std::move(done), send_turn{r, path_}, acquire_probe<P>{}, revocation}};
+                                                    std::move(done), send_turn{*r, path_}, acquire_probe<P>{}, revocation}};
       acquire* const raw = a.get();
-      const auto task = acquire::make(a);  // from here on the algorithm owns `*raw`
+      pending_->add(raw->t.entry);  // (where it stays: in the acquire)
+      std::coroutine_handle<> task;
       try {
+        task = acquire::make(a);  // from here on the algorithm owns `*raw`
         r->post(task);
       } catch (...) {
-        task.destroy();  // never started: its frame only refers to `*raw`
-        delete raw;
+        if (task) task.destroy();  // never started: its frame only refers to `*raw`
+        pending_->remove(raw->t.entry);
+        if (task) delete raw;  // (else `a` still owns it)
         throw;
       }
     } catch (...) {
       r->end_acquire();
-      pending_->remove(id);
       throw;
     }
   }

@@ -274,7 +274,8 @@ class async_runner {
   using timer_key = std::pair<clock::time_point, std::uint64_t>;
   timer_key add_timer(clock::time_point at, std::weak_ptr<resume_waiter> w);
   void cancel_timer(const timer_key& k) noexcept;
-  void track(resume_waiter* w, std::weak_ptr<resume_waiter> p);
+  /// Effects: links `w` into the suspended waits (drain wakes them); untrack unlinks it (if linked).
+  void track(resume_waiter* w) noexcept;
   void untrack(resume_waiter* w) noexcept;
   /// Effects: starts one more step thread if `spawn` says so (mu_ not held). Never throws.
   void add_step_thread(bool spawn) noexcept;
@@ -296,7 +297,7 @@ class async_runner {
   std::map<clock::time_point, std::vector<std::pair<fiber*, std::uint64_t>>> fiber_timers_;  // by tick
   std::deque<std::function<void()>> completions_;
   std::map<timer_key, std::weak_ptr<resume_waiter>> timers_;
-  std::map<resume_waiter*, std::weak_ptr<resume_waiter>> suspended_;
+  resume_waiter* suspended_ = nullptr;  // the suspended waits, linked through their own fields (no node of ours each)
   std::uint64_t next_timer_ = 1;
   std::uint64_t unfinished_ = 0;      // acquires begun whose completion was not handed over yet
   std::uint64_t queued_seq_ = 0;      // completions queued for the completion thread
@@ -315,6 +316,10 @@ class resume_waiter final : public wake_target, public std::enable_shared_from_t
  public:
   /// Effects: a waiter whose acquire runs on `r`.
   explicit resume_waiter(std::shared_ptr<async_runner> r) noexcept : r_(std::move(r)) {}
+  /// Effects: leaves the runner's suspended waits, if in them. Never throws.
+  ~resume_waiter();
+  resume_waiter(const resume_waiter&) = delete;
+  resume_waiter& operator=(const resume_waiter&) = delete;
   /// Effects: marks it woken; resumes the suspended acquire, if any. Never throws.
   void wake() noexcept override;
   /// Effects: suspends the acquire `h` until a wake-up or `deadline` (time_point::max(): none).
@@ -336,6 +341,10 @@ class resume_waiter final : public wake_target, public std::enable_shared_from_t
   bool fired_ = false;
   bool resumed_ = false;
   std::optional<async_runner::timer_key> timer_;
+  // its links in the runner's suspended waits (guarded by the runner's mu_)
+  resume_waiter* prev_ = nullptr;
+  resume_waiter* next_ = nullptr;
+  bool tracked_ = false;
 };
 
 /// The asynchronous wake-up model (see the banner and zklock:wakeup): waits suspend the acquire.
@@ -350,29 +359,29 @@ template <class W>
 concept ResumingWakeup = requires { requires W::resumes; };
 
 /// One asynchronous acquire's turn to send its create (send_order): taken when it starts, given up
-/// once the create is sent (create_and_list) or when the acquire ends. Thread-safe.
+/// once the create is sent (create_and_list) or when the acquire ends. Refers to its runner and
+/// lock path, which must outlive it or its sent() (whichever comes first). Thread-safe.
 class send_turn final : public create_sent {
  public:
   /// Effects: takes the next ticket of `path` on `r`.
-  send_turn(std::shared_ptr<async_runner> r, std::string path)
-      : r_(std::move(r)), path_(std::move(path)), ticket_(r_->order().take(path_)) {}
+  send_turn(async_runner& r, const std::string& path) : r_(r), path_(path), ticket_(r_.order().take(path_)) {}
   /// Effects: sent().
   ~send_turn() { sent(); }
   send_turn(const send_turn&) = delete;
   send_turn& operator=(const send_turn&) = delete;
   /// Effects: gives the turn up (once). Never throws.
   void sent() noexcept override {
-    if (!done_.exchange(true)) r_->order().done(path_, ticket_);
+    if (!done_.exchange(true)) r_.order().done(path_, ticket_);
   }
   /// Returns: whether it may send (its turn came, or it sent already); if not, `w` (if any) is woken
   /// when it may.
   bool ready(const std::shared_ptr<wake_target>& w) {
-    return done_.load() || r_->order().my_turn(path_, ticket_, w);
+    return done_.load() || r_.order().my_turn(path_, ticket_, w);
   }
 
  private:
-  std::shared_ptr<async_runner> r_;
-  std::string path_;
+  async_runner& r_;
+  const std::string& path_;  // (a pending acquire keeps no copy of its lock's path)
   std::uint64_t ticket_;
   std::atomic<bool> done_{false};
 };

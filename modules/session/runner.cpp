@@ -600,8 +600,9 @@ void async_runner::drain() noexcept {
   std::vector<std::shared_ptr<resume_waiter>> wake;
   {
     std::lock_guard lk{mu_};
-    for (auto& [p, w] : suspended_)
-      if (auto s = w.lock()) wake.push_back(std::move(s));
+    // (a waiter whose last owner lets go now waits in its destructor for mu_ to unlink it: lock() skips it)
+    for (resume_waiter* w = suspended_; w; w = w->next_)
+      if (auto s = w->weak_from_this().lock()) wake.push_back(std::move(s));
   }
   for (auto& w : wake) w->wake();
   if (on_runner_thread() && !on_completion_thread()) return;  // a step: nothing can be waited for
@@ -660,14 +661,23 @@ void async_runner::cancel_timer(const timer_key& k) noexcept {
   timers_.erase(k);
 }
 
-void async_runner::track(resume_waiter* w, std::weak_ptr<resume_waiter> p) {
+void async_runner::track(resume_waiter* w) noexcept {
   std::lock_guard lk{mu_};
-  suspended_.emplace(w, std::move(p));
+  if (w->tracked_) return;
+  w->tracked_ = true;
+  w->prev_ = nullptr;
+  w->next_ = suspended_;
+  if (suspended_) suspended_->prev_ = w;
+  suspended_ = w;
 }
 
 void async_runner::untrack(resume_waiter* w) noexcept {
   std::lock_guard lk{mu_};
-  suspended_.erase(w);
+  if (!w->tracked_) return;
+  w->tracked_ = false;
+  (w->prev_ ? w->prev_->next_ : suspended_) = w->next_;
+  if (w->next_) w->next_->prev_ = w->prev_;
+  w->prev_ = w->next_ = nullptr;
 }
 
 void async_runner::run_steps() {
@@ -831,6 +841,8 @@ void send_order::done(const std::string& path, std::uint64_t ticket) noexcept {
 
 // ---- the waiter ----------------------------------------------------------------------------------
 
+resume_waiter::~resume_waiter() { r_->untrack(this); }
+
 void resume_waiter::wake() noexcept {
   std::coroutine_handle<> h;
   {
@@ -866,7 +878,7 @@ void resume_waiter::expire() noexcept {
 }
 
 bool resume_waiter::suspend(std::coroutine_handle<> h, std::chrono::steady_clock::time_point deadline) {
-  r_->track(this, weak_from_this());
+  r_->track(this);
   std::lock_guard lk{mu_};
   if (fired_) {
     r_->untrack(this);
