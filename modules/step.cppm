@@ -336,7 +336,7 @@ class resume_waiter final : public wake_target, public std::enable_shared_from_t
   /// Effects: the deadline passed: resumes the acquire unless it was resumed already.
   void expire() noexcept;
   std::shared_ptr<async_runner> r_;
-  mutable std::mutex mu_;
+  mutable small_lock mu_;
   std::coroutine_handle<> h_;
   bool fired_ = false;
   bool resumed_ = false;
