@@ -102,7 +102,7 @@ class attempt {
       : s_(s),
         node_(std::move(n)),
         count_(count),
-        waiter_(new_waiter<Wakeup>(s)),
+        waiter_(Wakeup::fresh_per_wait ? nullptr : new_waiter<Wakeup>(s)),  // (else prepare_wait makes each)
         stop_(std::move(stop)),
         on_stop_(stop_, waker{relay_}) {
     relay_->point_at(waiter_);
@@ -173,6 +173,7 @@ class attempt {
   };
   /// Returns: an awaitable that waits until a watch fires (since prepare_wait), `deadline` passes
   /// or a stop is requested; its value: whether a watch fired (false once a stop was requested).
+  /// (After prepare_wait.)
   waiting wait(clock::time_point deadline) { return waiting{*this, wait_on<Wakeup>{*waiter_, deadline}}; }
   /// Returns: whether a stop was requested on the attempt's token.
   bool cancelled() const noexcept { return stop_.stop_requested(); }
