@@ -18,12 +18,16 @@
 //   kept); main's thread issues M more acquires, one per path, on a second session: memory per
 //   pending acquire as above (the lock objects made before); then every holder lets go at once:
 //   grants per second while they drain; each grant's token above its path's holder's.
-// Callbacks run on zklock's completion thread (the default executor).
+// Callbacks run on zklock's completion thread (the default executor). With SCALE_MALLOC_INFO set in
+// the environment, one path's first burst prints malloc_info(3) (every arena's free chunks by size)
+// to stderr once its acquires are pending: where the resident memory beyond the heap in use sits.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -151,6 +155,7 @@ bool one_path(const zklock::session_options& o, const std::string& base, int n, 
   const auto heap_pending = scale::heap_bytes();
   const auto fibers = scale::fiber_stacks_now();
   const std::int64_t fiber_rss = fibers.resident - fibers0.resident;  // made in the window, kept by the session
+  if (std::getenv("SCALE_MALLOC_INFO")) ::malloc_info(0, stderr);  // the allocator's arenas, where the slack is
 
   const long long packets0 = scale::mntr(o.connect, "zk_packets_received");
   const auto t0 = clock_type::now();
