@@ -135,8 +135,10 @@ enum class node_seen {
 /// The lock of the small objects a pending acquire keeps (its wake relay, its waiter, its hold
 /// guard), held for a few instructions at a time: one int, where std::mutex takes 40 bytes (a
 /// thousand pending acquires keep three each). Futex-style, as the I/O loop's recursive_lock: 0
-/// free, 1 locked, 2 locked with waiters; a waiter sleeps in the kernel, not in a spin.
-/// BasicLockable; not recursive.
+/// free, 1 locked, 2 locked with waiters; a waiter sleeps in the kernel (the futex call itself, not
+/// std::atomic::wait: libstdc++'s wait spins with sched_yield() first, and with 32 sessions'
+/// callers and loops on two cores each yield was a context switch). Lockable; not recursive (the
+/// I/O loop's recursive_lock adds the owner).
 class small_lock {
  public:
   small_lock() = default;
@@ -151,6 +153,11 @@ class small_lock {
       futex(FUTEX_WAIT_PRIVATE, 2);
       c = state_.exchange(2, std::memory_order_acquire);
     }
+  }
+  /// Returns: whether it took the lock (it was free). Never blocks; never throws.
+  bool try_lock() noexcept {
+    int c = 0;
+    return state_.compare_exchange_strong(c, 1, std::memory_order_acquire);
   }
   /// Effects: lets the lock go; wakes one waiter if any. Never throws.
   void unlock() noexcept {

@@ -588,9 +588,9 @@ class watch_registry {
 
 /// A recursive mutex owned by the operating system's thread that locks it, whichever fiber runs
 /// there: the I/O loop holds it while the client runs completions, and those resume steps of
-/// asynchronous acquires on fibers of that thread, which send (so lock it again). Built on an
-/// atomic and the futex call (a futex-style lock: 0 free, 1 locked, 2 locked with waiters),
-/// which also keeps ThreadSanitizer's view right: it takes a fiber for a thread of its own, and
+/// asynchronous acquires on fibers of that thread, which send (so lock it again). Built on
+/// small_lock (zklock:operations: an atomic and the futex call) and an owner, which also keeps
+/// ThreadSanitizer's view right: it takes a fiber for a thread of its own, and
 /// would report a pthread mutex locked again by a fiber of the thread that holds it as a double
 /// lock.
 class recursive_lock {
@@ -604,14 +604,7 @@ class recursive_lock {
       ++depth_;
       return;
     }
-    int c = 0;
-    if (!state_.compare_exchange_strong(c, 1, std::memory_order_acquire)) {
-      if (c != 2) c = state_.exchange(2, std::memory_order_acquire);
-      while (c != 0) {
-        futex(FUTEX_WAIT_PRIVATE, 2);
-        c = state_.exchange(2, std::memory_order_acquire);
-      }
-    }
+    lock_.lock();
     owner_.store(me, std::memory_order_relaxed);
     depth_ = 1;
   }
@@ -621,8 +614,7 @@ class recursive_lock {
       ++depth_;
       return true;
     }
-    int c = 0;
-    if (!state_.compare_exchange_strong(c, 1, std::memory_order_acquire)) return false;
+    if (!lock_.try_lock()) return false;
     owner_.store(me, std::memory_order_relaxed);
     depth_ = 1;
     return true;
@@ -630,24 +622,17 @@ class recursive_lock {
   void unlock() noexcept {
     if (--depth_ > 0) return;
     owner_.store(0, std::memory_order_relaxed);
-    if (state_.exchange(0, std::memory_order_release) == 2) futex(FUTEX_WAKE_PRIVATE, 1);
+    lock_.unlock();
   }
 
  private:
-  /// The futex call itself, not std::atomic::wait: libstdc++'s wait spins with sched_yield()
-  /// first, and with 32 sessions' callers and loops on two cores each yield was a context switch
-  /// (7 % of them in the contended benchmark at 32 clients).
-  void futex(int op, int value) noexcept {
-    static_assert(sizeof(std::atomic<int>) == sizeof(int));
-    ::syscall(SYS_futex, reinterpret_cast<int*>(&state_), op, value, nullptr, nullptr, 0);
-  }
   /// Returns: the calling thread's id (never 0).
   static int self() noexcept {
     static std::atomic<int> next{1};
     thread_local const int id = next.fetch_add(1, std::memory_order_relaxed);
     return id;
   }
-  std::atomic<int> state_{0};
+  small_lock lock_;  // the futex-style lock itself (zklock:operations)
   std::atomic<int> owner_{0};
   int depth_ = 0;  // guarded by the lock
 };
