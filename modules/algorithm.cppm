@@ -180,7 +180,7 @@ class attempt {
 
   /// Returns: a fresh children watch on `lock_path`, to arm by listing it.
   std::shared_ptr<wake_target> arm_children(const std::string& lock_path) {
-    children_ = std::make_shared<watch_slot>(lock_path, relay_);
+    children_ = std::make_shared<watch_slot>(shared_path{lock_path}, relay_);
     return children_;
   }
   /// Returns: whether a children watch is armed and has not fired.
@@ -202,7 +202,7 @@ class attempt {
   /// `version` >= 0: the last of `paths` is a semaphore's node, watched for a change of its lease
   /// count read at that data version (watch_slot::expect_version).
   /// (The paths of the watches it arms are moved out of `paths`.)
-  void watch_ahead(std::vector<std::string>& paths, std::int32_t version = -1) {
+  void watch_ahead(std::vector<shared_path>& paths, std::int32_t version = -1) {
     std::erase_if(ahead_, [&](const std::shared_ptr<watch_slot>& w) {
       if (std::find(paths.begin(), paths.end(), w->path) != paths.end()) return false;
       drop(w, false);
@@ -500,7 +500,7 @@ step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path
         // time, where a sort of a long queue on every wake-up would not); only what the wait needs
         // outlives it.
         std::size_t window, ahead, limit;
-        std::vector<std::string> targets;
+        std::vector<shared_path> targets;  // (each shared with the session's watch of it, if any)
         {
           unsigned present = 0;
           std::vector<contender> listed = listed_contenders(*listing, Rule::kinds, &present);  // views *listing
@@ -519,7 +519,7 @@ step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path
           const std::size_t n = budget == 0 ? 0 : nearest_first(here->ahead, budget);
           window = 0;
           for (std::size_t i = n; i-- > 0;) {  // the watched, in queue order
-            targets.push_back((lock_path + "/").append(here->ahead[i].name));
+            targets.push_back(watched_path(s, lock_path, here->ahead[i].name));
             window += here->ahead[i].weight;
           }
           listing.reset();  // (what the wait needs is in targets)
@@ -529,7 +529,7 @@ step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path
           if constexpr (leases) {  // and a semaphore's lease count changing
             bool changed = false;
             (void)at.take_fired(changed);
-            std::vector<std::string> node{lock_path};
+            std::vector<shared_path> node{watched_path(s, lock_path)};
             at.watch_ahead(node, lease_version);
           }
           if (at.children_armed()) {  // else it fired already (or none was armed): look again now
@@ -541,7 +541,7 @@ step<std::optional<grant>> acquire_node(session& s, const std::string& lock_path
         }
         // The fast path: watch the nearest counted contenders ahead, wait for their deletions (and a
         // semaphore's node, for a change of N).
-        if constexpr (leases) targets.push_back(lock_path);
+        if constexpr (leases) targets.push_back(watched_path(s, lock_path));
         at.watch_ahead(targets, leases ? lease_version : -1);
         targets = {};
         tally seen{ahead, limit, window, 0};

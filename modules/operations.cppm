@@ -201,7 +201,7 @@ class wake_relay {
 class watch_slot final : public wake_target {
  public:
   /// Effects: a slot for `watched` (a node, or the lock node for a children watch) waking `relay`.
-  watch_slot(std::string watched, std::shared_ptr<wake_relay> relay)
+  watch_slot(shared_path watched, std::shared_ptr<wake_relay> relay)
       : path(std::move(watched)), relay_(std::move(relay)) {}
   /// Effects: marks the slot fired, then wakes the acquire; called by the watch (or when the
   /// session ends). Never blocks for long; never throws.
@@ -230,8 +230,8 @@ class watch_slot final : public wake_target {
   bool deleted() const noexcept { return deleted_.load(std::memory_order_relaxed); }
   /// Returns: the C client's code of the failed request that fired it, or 0 (once fired() says it fired).
   int failure() const noexcept { return failure_.load(std::memory_order_relaxed); }
-  /// The watched path.
-  const std::string path;
+  /// The watched path (shared with the session's watch registry: watched_path).
+  const shared_path path;
   /// For the data watch of a semaphore's node (zklock.detail:rules, semaphore_rule::version): the
   /// data version its waiter's lease count was read at, set before it is armed; if the node's
   /// version is another by then, the watch's reply fires the slot as a change. -1: a contender's.
@@ -279,11 +279,17 @@ std::size_t arm_watches(session& s, std::uint64_t generation, const std::vector<
 /// (watch_slot::failure): returns if the waiter may list again and learn there what happened (a
 /// lost connection: the listing waits for the next; an ended session: the listing throws it).
 /// Throws: std::system_error: the server's refusal (e.g. errc::no_auth), naming `path`.
-void watch_refused(const std::string& path, int rc);
+void watch_refused(std::string_view path, int rc);
 
 /// Effects: `watcher` stops waiting on its watch of `path`; if it was the group's last waiter, the
 /// watch is removed from the server and the client. Never throws.
-void drop_watch(session& s, const std::string& path, bool children, const wake_target* watcher) noexcept;
+void drop_watch(session& s, std::string_view path, bool children, const wake_target* watcher) noexcept;
+
+/// Returns: the path `parent`/`name` (`name` empty: `parent`), shared with the session's data watch
+/// of that node if one is armed or on its way (a contender ahead that another waiter of the session
+/// watches, or a waiter's own node), else a new copy; what a watch slot keeps of the node it
+/// watches. Throws: std::bad_alloc.
+shared_path watched_path(session& s, std::string_view parent, std::string_view name = {});
 
 /// Effects: deletes a contender node we own; if the connection is down, the session keeps retrying
 /// in the background until it succeeds or the session ends. Returns: the server's refusal (e.g.

@@ -3,13 +3,17 @@
 // sequence number, and the queue order of a listing (serial-number arithmetic, right across the
 // 32-bit wrap). Pure functions (defined in modules/detail/detail.cpp), unit-tested without a server.
 module;
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
+#include <new>
 #include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 export module zklock.detail:queue;
 
@@ -39,6 +43,56 @@ std::optional<contender> parse_contender(std::string_view name);
 constexpr bool seq_before(std::int32_t a, std::int32_t b) noexcept {
   return static_cast<std::int32_t>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b)) < 0;
 }
+
+/// A node's path, immutable and shared by count: one allocation (the count, the length, the
+/// characters and a NUL) however many hold it. What a session's watch registry and the watch slots
+/// of its waiters keep of a watched node's path: one copy per node, not one per watcher. Copies
+/// share it (thread-safe, as std::shared_ptr's count); compares as its text.
+class shared_path {
+ public:
+  /// An empty path.
+  shared_path() noexcept = default;
+  /// Effects: a copy of `text`. Throws: std::bad_alloc.
+  explicit shared_path(std::string_view text) : rep_{make(text)} {}
+  shared_path(const shared_path& o) noexcept : rep_{o.rep_} {
+    if (rep_) rep_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  shared_path(shared_path&& o) noexcept : rep_{std::exchange(o.rep_, nullptr)} {}
+  shared_path& operator=(shared_path o) noexcept {
+    std::swap(rep_, o.rep_);
+    return *this;
+  }
+  ~shared_path() {
+    if (rep_ && rep_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      rep_->~rep();
+      ::operator delete(rep_);
+    }
+  }
+  /// Returns: the text.
+  std::string_view view() const noexcept { return rep_ ? std::string_view{rep_->text(), rep_->size} : std::string_view{}; }
+  operator std::string_view() const noexcept { return view(); }
+  /// Returns: the text, NUL-terminated.
+  const char* c_str() const noexcept { return rep_ ? rep_->text() : ""; }
+  /// Returns: whether `o` holds the same allocation (not only the same text).
+  bool shares(const shared_path& o) const noexcept { return rep_ == o.rep_; }
+  friend bool operator==(const shared_path& a, const shared_path& b) noexcept { return a.view() == b.view(); }
+  friend bool operator==(const shared_path& a, std::string_view b) noexcept { return a.view() == b; }
+
+ private:
+  struct rep {
+    std::atomic<std::uint32_t> refs{1};
+    std::uint32_t size = 0;
+    char* text() noexcept { return reinterpret_cast<char*>(this + 1); }
+  };
+  static rep* make(std::string_view text) {
+    auto* r = ::new (::operator new(sizeof(rep) + text.size() + 1)) rep{};
+    r->size = static_cast<std::uint32_t>(text.size());
+    if (!text.empty()) std::memcpy(r->text(), text.data(), text.size());
+    r->text()[text.size()] = '\0';
+    return r;
+  }
+  rep* rep_ = nullptr;
+};
 
 /// A listing's child names, all in one buffer: two allocations for a listing, not one per name (a
 /// long queue's listing is read on every wake-up of a waiter behind it). A name views the buffer,

@@ -445,15 +445,23 @@ class listener_list {
 /// wait for) a request, so that the C client's event thread never waits long on it.
 class watch_registry {
  public:
-  /// Effects: adds `t` to the armed group of (path, children), or to a new one.
-  /// Returns: the group's id, the context to arm the watch with.
-  std::uint64_t join(const std::string& path, bool children, const std::shared_ptr<wake_target>& t);
+  /// Effects: adds `t` to the armed group of (path, children), or to a new one (which keeps a copy
+  /// of `path`). Returns: the group's id, the context to arm the watch with.
+  std::uint64_t join(std::string_view path, bool children, const std::shared_ptr<wake_target>& t) {
+    return join(path, nullptr, children, t);
+  }
+  /// Effects: as join above; a new group keeps `path` itself (shared, no copy).
+  std::uint64_t join(const shared_path& path, bool children, const std::shared_ptr<wake_target>& t) {
+    return join(path, &path, children, t);
+  }
+  /// Returns: the path of the data group of `path`, if one is open (shared: no copy); else a new copy.
+  shared_path path_of(std::string_view path);
   /// Effects: removes `t` from the group of (path, children); if it was the last, forgets the group
   /// and calls `remove()` (to remove the watch) before any later join can be sent. Never throws.
   /// A sticky group (join_sticky) keeps its watch when its last waiter leaves while it has a user
   /// (use_sticky).
   template <class Remove>
-  void drop(const std::string& path, bool children, const wake_target* t, Remove remove) noexcept {
+  void drop(std::string_view path, bool children, const wake_target* t, Remove remove) noexcept {
     std::lock_guard lk{mu_};
     const auto open = open_.find(key{path, children});
     if (open == open_.end()) return;  // fired already
@@ -466,11 +474,11 @@ class watch_registry {
   }
   /// Effects: removes `t` from the data group of `path`, without asking the server (the watch was
   /// not armed). Never throws.
-  void leave(const std::string& path, const wake_target* t) noexcept {
+  void leave(std::string_view path, const wake_target* t) noexcept {
     drop(path, false, t, [] {});
   }
   /// Returns: whether a group of (path, children) is armed (or being armed).
-  bool watched(const std::string& path, bool children) noexcept {
+  bool watched(std::string_view path, bool children) noexcept {
     std::lock_guard lk{mu_};
     return open_.contains(key{path, children});
   }
@@ -490,7 +498,7 @@ class watch_registry {
   /// its watch (before any later join can be sent). `version`: the data version the caller read
   /// the node at. Returns: see sticky_join.
   template <class Remove>
-  sticky_join join_sticky(const std::string& path, std::uint64_t generation, std::int32_t version,
+  sticky_join join_sticky(const shared_path& path, std::uint64_t generation, std::int32_t version,
                           const std::shared_ptr<wake_target>& t, Remove remove) {
     std::lock_guard lk{mu_};
     auto open = open_.find(key{path, false});
@@ -517,10 +525,10 @@ class watch_registry {
     const std::uint64_t id = next_++;
     auto& g = groups_.emplace(id, group{path, false, {}, true, generation, unknown_version}).first->second;
     try {
-      open_.emplace(key{g.path, false}, id);
+      open_.emplace(key{g.path.view(), false}, id);
       g.waiting.add(t);
     } catch (...) {
-      open_.erase(key{g.path, false});
+      open_.erase(key{g.path.view(), false});
       groups_.erase(id);
       throw;
     }
@@ -560,7 +568,7 @@ class watch_registry {
  private:
   static constexpr std::int32_t unknown_version = -1;  // a sticky watch on its way (data versions are >= 0)
   struct group {
-    std::string path;
+    shared_path path;
     bool children;
     waiters waiting;
     bool sticky = false;             // join_sticky's
@@ -568,6 +576,8 @@ class watch_registry {
     std::int32_t version = unknown_version;  // sticky: the node's data version when it was armed
   };
   using key = std::pair<std::string_view, bool>;  // (path, children); the path views a group's own
+  std::uint64_t join(std::string_view path, const shared_path* shared, bool children,
+                     const std::shared_ptr<wake_target>& t);
   /// Effects: forgets the open group at `open`. Called with mu_ held.
   void forget(std::map<key, std::uint64_t>::iterator open) noexcept {
     const auto g = groups_.find(open->second);

@@ -11,6 +11,7 @@ module;
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -92,14 +93,15 @@ extern "C" void node_watcher(zhandle_t* zh, int type, int state, const char*, vo
 
 }  // namespace
 
-std::uint64_t watch_registry::join(const std::string& path, bool children, const std::shared_ptr<wake_target>& t) {
+std::uint64_t watch_registry::join(std::string_view path, const shared_path* shared, bool children,
+                                   const std::shared_ptr<wake_target>& t) {
   std::lock_guard lk{mu_};
   auto open = open_.find(key{path, children});
   if (open == open_.end()) {
     const std::uint64_t id = next_++;
-    const auto& g = groups_.emplace(id, group{path, children, {}}).first->second;
+    const auto& g = groups_.emplace(id, group{shared ? *shared : shared_path{path}, children, {}}).first->second;
     try {
-      open = open_.emplace(key{g.path, children}, id).first;
+      open = open_.emplace(key{g.path.view(), children}, id).first;
     } catch (...) {
       groups_.erase(id);
       throw;
@@ -107,6 +109,15 @@ std::uint64_t watch_registry::join(const std::string& path, bool children, const
   }
   groups_.find(open->second)->second.waiting.add(t);
   return open->second;
+}
+
+shared_path watch_registry::path_of(std::string_view path) {
+  {
+    std::lock_guard lk{mu_};
+    if (const auto open = open_.find(key{path, false}); open != open_.end())
+      return groups_.find(open->second)->second.path;
+  }
+  return shared_path{path};
 }
 
 std::vector<std::shared_ptr<wake_target>> watch_registry::armed(std::uint64_t id, std::int32_t version) {
@@ -122,7 +133,7 @@ waiters watch_registry::take(std::uint64_t id) noexcept {
   const auto it = groups_.find(id);
   if (it == groups_.end()) return {};
   waiters out = it->second.waiting.take();
-  const auto open = open_.find(key{it->second.path, it->second.children});
+  const auto open = open_.find(key{it->second.path.view(), it->second.children});
   if (open != open_.end() && open->second == id) {
     forget(open);
   } else {  // (every group is open; kept safe all the same)
@@ -149,7 +160,7 @@ namespace {
 
 /// Effects: removes this session's watches of `path` (children or data) from the server and the
 /// client, holding the loop's lock of the handle `zh` (nullptr: closing, nothing to do).
-void remove_watches(session_impl& s, zhandle_t* zh, const std::string& path, bool children) noexcept {
+void remove_watches(session_impl& s, zhandle_t* zh, const char* path, bool children) noexcept {
   // Removing one watcher only checks it on the server (the server keeps one watch per path and kind
   // for the connection): remove them all, which are ours alone. Connected: ask the server
   // (answered later; the client forgets its watcher with the answer). Otherwise forget it locally
@@ -160,7 +171,7 @@ void remove_watches(session_impl& s, zhandle_t* zh, const std::string& path, boo
   if (!zh || s.states.view().closed) return;
   const auto type = children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA;
   const bool connected = zoo_state(zh) == ZOO_CONNECTED_STATE;
-  zoo_aremove_all_watches(zh, path.c_str(), type, connected ? 0 : 1, reinterpret_cast<void_completion_t*>(ignore_reply),
+  zoo_aremove_all_watches(zh, path, type, connected ? 0 : 1, reinterpret_cast<void_completion_t*>(ignore_reply),
                           nullptr);
 }
 
@@ -217,20 +228,35 @@ namespace {
 /// (none: nothing to remove), sent by the next request on the handle, or by the loop, which defer
 /// wakes. Called with the registry's lock held (deferred: a thread holding one of the session's
 /// locks never waits for the handle's), so a later join's request goes after it. Never throws.
-void defer_watch_removal(session_impl& s, io_loop* loop, const std::string& path, bool children) noexcept {
+void defer_watch_removal(session_impl& s, io_loop* loop, std::string_view path, bool children) noexcept {
   if (!loop) return;
   try {
-    loop->defer([&s, p = path, children](zhandle_t* zh) { remove_watches(s, zh, p, children); });
+    loop->defer([&s, p = std::string{path}, children](zhandle_t* zh) { remove_watches(s, zh, p.c_str(), children); });
   } catch (...) {  // allocation failure: the watch stays armed; its event finds no waiter
   }
 }
 
 }  // namespace
 
-void drop_watch(session& sess, const std::string& path, bool children, const wake_target* watcher) noexcept {
+void drop_watch(session& sess, std::string_view path, bool children, const wake_target* watcher) noexcept {
   session_impl& s = impl_of(sess);
   const auto loop = s.handle.current();
   s.watches.drop(path, children, watcher, [&]() noexcept { defer_watch_removal(s, loop.get(), path, children); });
+}
+
+shared_path watched_path(session& sess, std::string_view parent, std::string_view name) {
+  if (name.empty()) return impl_of(sess).watches.path_of(parent);
+  // (built on the stack: a contender's path fits; one found open costs no allocation)
+  char buf[256];
+  if (parent.size() + 1 + name.size() > sizeof buf) {
+    std::string full{parent};
+    (full += '/') += name;
+    return impl_of(sess).watches.path_of(full);
+  }
+  std::memcpy(buf, parent.data(), parent.size());
+  buf[parent.size()] = '/';
+  std::memcpy(buf + parent.size() + 1, name.data(), name.size());
+  return impl_of(sess).watches.path_of(std::string_view{buf, parent.size() + 1 + name.size()});
 }
 
 void open_semaphore_watch(session& sess, const std::string& path) { impl_of(sess).watches.use_sticky(path); }
@@ -293,7 +319,7 @@ extern "C" void on_slot_watch(int rc, const char*, int, const struct Stat* stat,
     // another waiter of the session watches the node (its request, sent later, arms the same watch).
     if (box->slot->dropped()) {
       if (!box->s->watches.watched(box->slot->path, false))
-        box->loop->with_handle([&](zhandle_t* zh) { remove_watches(*box->s, zh, box->slot->path, false); });
+        box->loop->with_handle([&](zhandle_t* zh) { remove_watches(*box->s, zh, box->slot->path.c_str(), false); });
     } else if (stat && box->slot->expect_version >= 0 && stat->version != box->slot->expect_version) {
       // A semaphore's lease count changed after its waiter read it, before this watch was armed:
       // the change the watch would have shown (its waiter lists again and reads the new count).
@@ -358,7 +384,7 @@ struct set_watches_box {
 /// Effects: forgets the C client's watchers of `path` (they were made active as the request was
 /// queued, and the client would arm them again after a reconnection) unless another waiter of the
 /// session watches it. On the loop's thread.
-void forget_unwatched(const set_watches_box& box, const std::string& path) noexcept {
+void forget_unwatched(const set_watches_box& box, const char* path) noexcept {
   if (box.s->watches.watched(path, false)) return;
   box.loop->with_handle([&](zhandle_t* zh) { remove_watches(*box.s, zh, path, false); });
 }
@@ -374,12 +400,12 @@ extern "C" void on_set_watches(int rc, const void* data) {
     box->s->round_trips.note(clock::now() - box->sent);  // a read's latency
     if (g) g->watch_result_for(box->ticket, true);
     for (const auto& slot : box->slots)  // dropped while the request was on its way: removed now
-      if (slot->dropped()) forget_unwatched(*box, slot->path);
+      if (slot->dropped()) forget_unwatched(*box, slot->path.c_str());
     return;
   }
   box->loop->flush_deferred();  // others' sends first (see io_loop::try_with_handle)
   box->s->watches.leave(box->own_path, g.get());
-  forget_unwatched(*box, box->own_path);
+  forget_unwatched(*box, box->own_path.c_str());
   if (g) {
     g->watch_result_for(box->ticket, false);
     if (rc == ZSESSIONEXPIRED) g->wake();  // our node is gone already
@@ -387,7 +413,7 @@ extern "C" void on_set_watches(int rc, const void* data) {
   const steps_here here;  // an acquire it wakes takes its next step on this thread, as a reply's
   for (const auto& slot : box->slots) {
     box->s->watches.leave(slot->path, slot.get());  // nothing armed
-    forget_unwatched(*box, slot->path);
+    forget_unwatched(*box, slot->path.c_str());
     if (!slot->fired()) slot->wake_failed(rc);  // (an event before the failure told it already)
   }
 }
@@ -432,7 +458,7 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
   }
   const auto current = s.handle.current();
   // A sticky group forgotten to stay within its bound: its watch is removed (as drop_watch does).
-  auto evict = [&](const std::string& path) noexcept { defer_watch_removal(s, current.get(), path, false); };
+  auto evict = [&](std::string_view path) noexcept { defer_watch_removal(s, current.get(), path, false); };
   try {
     if (own) {
       own->guard->watching(own->node);
@@ -533,7 +559,7 @@ std::size_t arm_watches(session& sess, std::uint64_t g, const std::vector<std::s
   return sent;
 }
 
-void watch_refused(const std::string& path, int rc) {
+void watch_refused(std::string_view path, int rc) {
   if (rc == ZNONODE || meaning_of(rc) != rc_meaning::answered) return;
   fail(rc, call_name{"zklock: watching ", path, "READ", path});
 }

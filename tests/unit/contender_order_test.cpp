@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Contender names (Curator's spellings), and queue order by sequence number across the 32-bit wrap;
-// the waiters of contenders, woken once (waiter_list).
+// the waiters of contenders, woken once (waiter_list); a watched node's path, shared (shared_path).
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 #include <gtest/gtest.h>
 import zklock.detail;
@@ -70,6 +73,42 @@ TEST(ContenderOrder, ANameListKeepsItsNamesInOrderAndItsViewsThroughAMove) {
   EXPECT_EQ(q[0].name.data(), moved[0].data());
   std::vector<std::string_view> seen(moved.begin(), moved.end());
   EXPECT_EQ(seen, (std::vector<std::string_view>{"_c_a-lock-0000000002", "", "x"}));
+}
+
+TEST(SharedPath, CopiesShareOneTextThatOutlivesTheFirstHolder) {
+  const std::string text = "/locks/a/_c_0f8e7b9a-1111-4222-8333-444455556666-lock-0000000042";
+  std::optional<shared_path> first{std::in_place, text};
+  shared_path copy = *first;
+  EXPECT_TRUE(copy.shares(*first));
+  EXPECT_EQ(copy, std::string_view{text});
+  EXPECT_EQ(std::string_view{copy.c_str()}, text);  // NUL-terminated, for the C client
+  const shared_path other{text};
+  EXPECT_EQ(other, copy);  // the same text...
+  EXPECT_FALSE(other.shares(copy));  // ...in another allocation
+  first.reset();  // the first holder goes: the copy keeps the text
+  EXPECT_EQ(copy.view(), text);
+  shared_path moved = std::move(copy);
+  EXPECT_EQ(moved.view(), text);
+  EXPECT_TRUE(copy.view().empty());  // (moved from: empty, as a moved-from std::string may be)
+  EXPECT_TRUE(shared_path{}.view().empty());
+  EXPECT_STREQ(shared_path{}.c_str(), "");
+  EXPECT_NE(shared_path{"/a"}, shared_path{"/b"});
+}
+
+TEST(SharedPath, CopiesMadeAndDroppedOnManyThreadsFreeItOnce) {
+  // (ASan reports a double free or a leak if the count goes wrong)
+  const shared_path p{"/locks/b/_c_x-lock-0000000001"};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&p] {
+      for (int i = 0; i < 10000; ++i) {
+        shared_path c = p;
+        shared_path d = c;
+        ASSERT_EQ(d, p);
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(p.view(), "/locks/b/_c_x-lock-0000000001");
 }
 
 TEST(ContenderOrder, PrefixesAreUniquePerAttempt) {
