@@ -8,8 +8,8 @@ module;
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <new>
 #include <iterator>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>

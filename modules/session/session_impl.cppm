@@ -576,6 +576,7 @@ class watch_registry {
     std::int32_t version = unknown_version;  // sticky: the node's data version when it was armed
   };
   using key = std::pair<std::string_view, bool>;  // (path, children); the path views a group's own
+  /// The joins above: a new group keeps `*shared` if given, else a copy of `path`.
   std::uint64_t join(std::string_view path, const shared_path* shared, bool children,
                      const std::shared_ptr<wake_target>& t);
   /// Effects: forgets the open group at `open`. Called with mu_ held.

@@ -11,7 +11,6 @@ module;
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -246,17 +245,9 @@ void drop_watch(session& sess, std::string_view path, bool children, const wake_
 
 shared_path watched_path(session& sess, std::string_view parent, std::string_view name) {
   if (name.empty()) return impl_of(sess).watches.path_of(parent);
-  // (built on the stack: a contender's path fits; one found open costs no allocation)
-  char buf[256];
-  if (parent.size() + 1 + name.size() > sizeof buf) {
-    std::string full{parent};
-    (full += '/') += name;
-    return impl_of(sess).watches.path_of(full);
-  }
-  std::memcpy(buf, parent.data(), parent.size());
-  buf[parent.size()] = '/';
-  std::memcpy(buf + parent.size() + 1, name.data(), name.size());
-  return impl_of(sess).watches.path_of(std::string_view{buf, parent.size() + 1 + name.size()});
+  thread_local std::string full;  // (the thread's scratch: a path found open costs no allocation)
+  full.assign(parent).append(1, '/').append(name);
+  return impl_of(sess).watches.path_of(full);
 }
 
 void open_semaphore_watch(session& sess, const std::string& path) { impl_of(sess).watches.use_sticky(path); }
