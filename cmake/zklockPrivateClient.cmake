@@ -44,15 +44,17 @@ set(ZKLOCK_HAVE_SASL OFF)
 set(ZKLOCK_HAVE_SET_DATA_WATCHES OFF)
 set(ZKLOCK_HAVE_MULTI_CONTAINER OFF)
 set(ZKLOCK_HAVE_LISTING_NAMES OFF)
+set(ZKLOCK_HAVE_ENDPOINT_PER_THREAD OFF)
 if(NOT ZKLOCK_ZOOKEEPER_CLIENT STREQUAL "debian" AND EXISTS ${_zk_capable})
   set(ZKLOCK_ZOOKEEPER_ST_ARCHIVE ${_zk_capable})
   file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/features _zk_features)
   file(STRINGS ${ZKLOCK_TLS_SASL_CLIENT_ROOT}/version _zk_version)  # "<Debian version> recipe <n>"
   string(REPLACE " recipe " ", zklock's patches r" _zk_version "${_zk_version}")
   # Its features file names what it can do: TLS, SASL, and zklock's additions (one request for a
-  # waiter's watches; a container's create result in a transaction; a listing's names in one allocation).
+  # waiter's watches; a container's create result in a transaction; a listing's names in one allocation;
+  # a server's address formatted in a buffer per thread).
   string(REPLACE " " ";" _zk_features "${_zk_features}")
-  foreach(_word IN ITEMS tls sasl set-data-watches multi-container listing-names)
+  foreach(_word IN ITEMS tls sasl set-data-watches multi-container listing-names endpoint-per-thread)
     string(TOUPPER "${_word}" _var)
     string(REPLACE "-" "_" _var "ZKLOCK_HAVE_${_var}")
     if(_word IN_LIST _zk_features)

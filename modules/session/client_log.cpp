@@ -34,10 +34,11 @@ namespace {
 std::mutex g_log_mu;
 std::shared_ptr<const log_handler> g_log;  // empty = silent
 
-// The C client formats a line (server endpoints into one static buffer that every handle's threads
-// share) before it reaches any callback; its process-wide level decides whether it formats at all.
-// Without a handler nothing is formatted (level 0 = off), which is silent, cheaper and free of that
-// race; with one, INFO. Called with g_log_mu held.
+// The C client formats a line before it reaches any callback; its process-wide level decides
+// whether it formats at all. Without a handler nothing is formatted (level 0 = off), which is silent
+// and cheaper; with one, INFO. (A server's address is formatted whatever the level in one place, a
+// timed-out connection's message: zklock's client does it in a buffer per thread, Debian's in one
+// static buffer that every handle shares: tools/build-zookeeper-client.) Called with g_log_mu held.
 void apply_client_log_level() noexcept {
   ::zoo_set_debug_level(g_log ? ZOO_LOG_LEVEL_INFO : static_cast<ZooLogLevel>(0));
 }
