@@ -6,7 +6,6 @@
 // connections timed out together wrote it at once from their I/O threads, a race that
 // ThreadSanitizer reported in fault_injection_tests. No server is needed: the single-threaded
 // client connects only when its loop asks, and these handles are never looped.
-#include <atomic>
 #include <barrier>
 #include <string>
 #include <thread>
